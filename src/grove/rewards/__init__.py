@@ -1,0 +1,24 @@
+"""Reward functions: built-ins (registered in ``REWARD_FUNCTIONS`` on import), loading and combining."""
+
+from grove.rewards import builtin  # noqa: F401  (registers the built-in rewards)
+from grove.rewards.extract import extract_answer
+from grove.rewards.loading import (
+    RewardFunctionError,
+    RewardLoadError,
+    RewardSpec,
+    bind_reward,
+    combine_rewards,
+    compute_rewards,
+    resolve_reward,
+)
+
+__all__ = [
+    "RewardFunctionError",
+    "RewardLoadError",
+    "RewardSpec",
+    "bind_reward",
+    "combine_rewards",
+    "compute_rewards",
+    "extract_answer",
+    "resolve_reward",
+]

@@ -1,0 +1,14 @@
+"""Tasks (train/eval prompt sets with gold answers), registered in ``TASKS`` on import."""
+
+from grove.tasks import arithmetic, files  # noqa: F401  (register the built-in tasks)
+from grove.tasks.base import (
+    TASKS,
+    Example,
+    Task,
+    TaskParamsError,
+    TaskSplits,
+    build_task,
+    columns_for_rewards,
+)
+
+__all__ = ["TASKS", "Example", "Task", "TaskParamsError", "TaskSplits", "build_task", "columns_for_rewards"]

@@ -1,0 +1,167 @@
+"""The ``grove`` command line: train, eval, config show, plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from grove.config import ConfigError, GroveConfig, dump_config, load_config
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Group-relative RL for language models.")
+config_app = typer.Typer(no_args_is_help=True, help="Inspect configurations.")
+app.add_typer(config_app, name="config")
+console = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override a config key: --set train.steps=20 (repeatable)."),
+]
+
+
+def _load(config: Path | None, overrides: list[str] | None) -> GroveConfig:
+    try:
+        return load_config(config, overrides or [])
+    except ConfigError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def train(
+    config: Annotated[Path, typer.Argument(help="YAML config file.")],
+    set_: SetOption = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue the run in this directory from its last checkpoint.")
+    ] = None,
+) -> None:
+    """Train a policy with the configured algorithm, evaluating before and after."""
+    overrides = list(set_ or [])
+    if resume is not None:
+        overrides.append(f"output_dir={resume}")
+    cfg = _load(config, overrides)
+    from grove.training.trainer import Trainer
+
+    try:
+        trainer = Trainer(cfg, Path(cfg.output_dir), resume=resume is not None)
+    except ConfigError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if trainer.resume_from is not None:
+        err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
+    summary = trainer.run()
+    from grove.plotting import plot_run
+
+    plots = plot_run(summary.run_dir)
+    _print_summary(summary.run_dir, plots)
+
+
+def _print_summary(run_dir: Path, plots: list[Path]) -> None:
+    import json
+
+    data = json.loads((run_dir / "summary.json").read_text())
+    table = Table(title="held-out accuracy (greedy)")
+    for col in ("", "accuracy", "correct / n", "95% CI"):
+        table.add_column(col)
+    for label in ("before", "after"):
+        e = data.get(label)
+        if e:
+            table.add_row(
+                f"{label} (step {e['step']})",
+                f"{100 * e['accuracy']:.1f}%",
+                f"{e['correct']}/{e['total']}",
+                f"{100 * e['ci_low']:.1f}–{100 * e['ci_high']:.1f}%",
+            )
+    console.print(table)
+    if data.get("before") and data.get("after"):
+        gain = 100 * (data["after"]["accuracy"] - data["before"]["accuracy"])
+        console.print(f"change: {gain:+.1f} points")
+    console.print(f"run directory: {run_dir}  (plots: {', '.join(str(p) for p in plots)})")
+
+
+@app.command("eval")
+def eval_(
+    model: Annotated[str, typer.Option("--model", help="Model directory, checkpoint model/ dir, or 'smollm2-135m'.")],
+    task: Annotated[str | None, typer.Option("--task", help="Task id (default: the config's task).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Config for task, rewards and sampling.")] = None,
+    set_: SetOption = None,
+    max_examples: Annotated[int | None, typer.Option("--max-examples", help="Evaluate at most N examples.")] = None,
+) -> None:
+    """Greedy held-out accuracy of a model, with a 95% confidence interval."""
+    overrides = list(set_ or [])
+    if task is not None:
+        overrides.append(f"task={{id: {task}}}")
+    cfg = _load(config, overrides)
+    import torch
+
+    import grove.builtin_components  # noqa: F401
+    from grove.evaluation.evaluate import evaluate
+    from grove.models.loading import load_policy
+    from grove.rollout.hf_engine import TransformersEngine
+    from grove.tasks.base import build_task
+    from grove.training.trainer import resolve_rewards
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        policy, tokenizer = load_policy(model)
+    except (FileNotFoundError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    rewards = resolve_rewards(cfg)
+    reward = next(r for r in rewards if r.name == cfg.accuracy_reward_name)
+    examples = list(build_task(cfg.task).eval)[: max_examples or cfg.eval.max_examples]
+    result = evaluate(
+        TransformersEngine(policy, tokenizer),
+        tokenizer,
+        examples,
+        reward,
+        max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+        stop=tuple(cfg.rollout.stop),
+        system_prompt=cfg.rollout.system_prompt,
+        use_chat_template=cfg.rollout.use_chat_template,
+        batch_size=cfg.eval.batch_size,
+    )
+    console.print(f"{model} on {cfg.task.id}: {result.report}  ({result.seconds:.1f}s)")
+
+
+@config_app.command("show")
+def config_show(
+    config: Annotated[Path | None, typer.Argument(help="YAML config file (omit for the defaults).")] = None,
+    set_: SetOption = None,
+) -> None:
+    """Print the resolved, validated config and the batch quantities it implies."""
+    cfg = _load(config, set_)
+    console.print(dump_config(cfg), markup=False, highlight=False)
+    table = Table(title="derived batch quantities")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for key, value in cfg.derived().items():
+        table.add_row(key, str(value))
+    console.print(table)
+
+
+@app.command()
+def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
+    """Write PNG curves (reward, accuracy, KL, entropy, length, clip fraction, grad norm) to RUN_DIR/plots."""
+    from grove.plotting import plot_run
+
+    try:
+        paths = plot_run(run_dir)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    for p in paths:
+        console.print(str(p))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

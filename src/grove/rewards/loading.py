@@ -1,0 +1,291 @@
+"""Resolve reward functions from config, compute them on a batch, and combine them.
+
+A reward in the config is either a registry id (``answer_match``) with parameters, or a user function
+given by import path (``mypkg.rewards:my_fn``). Either way it becomes a :class:`RewardSpec` holding a
+plain TRL-style callable ``fn(prompts, completions, **columns) -> list[float | None]``.
+
+User reward contract
+--------------------
+* Called with keyword arguments ``prompts=[...]``, ``completions=[...]`` and one keyword per dataset
+  column (lists aligned with ``completions``). Accept ``**kwargs`` to ignore columns you do not use.
+* Return one value per completion: a real number, or ``None`` when the reward does not apply to that
+  sample (it is then left out of the weighted sum for that sample). NaN and ±inf are rejected: return
+  ``None`` instead of NaN.
+* Exceptions are not swallowed: they are re-raised as :class:`RewardFunctionError` naming the reward,
+  the training step, the failing sample and a truncated prompt/completion.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import numbers
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ValidationError
+
+from grove.registry import REWARD_FUNCTIONS
+
+RewardFn = Callable[..., Sequence[float | None]]
+
+_PREVIEW_CHARS = 200
+
+
+class RewardLoadError(ValueError):
+    """A reward id / import path could not be resolved, or its parameters are invalid."""
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function raised, or returned something malformed, while scoring a batch."""
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """One configured reward: display name, bound TRL-style callable and weight in the sum."""
+
+    name: str
+    fn: RewardFn
+    weight: float
+
+
+def bind_reward(id: str, params: Mapping[str, Any] | BaseModel | None = None) -> RewardFn:
+    """Bind a registered reward's ``params`` and return ``f(prompts, completions, **columns)``.
+
+    ``params`` is validated against the reward's pydantic model (a model instance is re-validated
+    from its fields). The returned callable has ``__name__ == id`` (TRL logs rewards by ``__name__``)
+    and exposes the validated model as ``.params``.
+    """
+    entry = REWARD_FUNCTIONS.entry(id)
+    values = params.model_dump() if isinstance(params, BaseModel) else dict(params or {})
+    validated = REWARD_FUNCTIONS.validate_params(id, values)
+    registered = entry.fn
+
+    def reward(prompts: Sequence[Any], completions: Sequence[str], **columns: Any) -> list[float | None]:
+        return registered(prompts, completions, params=validated, **columns)
+
+    reward.__name__ = reward.__qualname__ = id
+    reward.__doc__ = registered.__doc__
+    reward.params = validated  # type: ignore[attr-defined]
+    return reward
+
+
+def _import_callable(path: str) -> Callable[..., Any]:
+    module_name, _, attr_path = path.partition(":")
+    if not module_name or not attr_path:
+        raise RewardLoadError(f"reward import path {path!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise RewardLoadError(
+                f"cannot import module {module_name!r} for reward {path!r}: {e}. The module must be "
+                f"importable (installed, or on PYTHONPATH; current directory: {os.getcwd()})"
+            ) from e
+        raise RewardLoadError(f"importing module {module_name!r} for reward {path!r} failed: {e}") from e
+    except Exception as e:
+        raise RewardLoadError(
+            f"importing module {module_name!r} for reward {path!r} failed: {type(e).__name__}: {e}"
+        ) from e
+    obj: Any = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise RewardLoadError(
+                f"module {module_name!r} has no attribute {attr_path!r} (reward {path!r})"
+            ) from None
+    if not callable(obj):
+        raise RewardLoadError(f"reward {path!r} is not callable (got {type(obj).__name__})")
+    return obj
+
+
+def resolve_reward(
+    id_or_path: str,
+    params: Mapping[str, Any] | None = None,
+    weight: float = 1.0,
+    name: str | None = None,
+) -> RewardSpec:
+    """Build a :class:`RewardSpec` from a registry id or a ``package.module:function`` import path.
+
+    Args:
+        id_or_path: a registered reward id (see ``REWARD_FUNCTIONS.ids()``) or an import path with a
+            colon, e.g. ``"mypkg.rewards:my_fn"`` (``"mod:Class.method"`` also works).
+        params: parameters for a registry reward, validated against its pydantic model. User
+            functions take no params: passing a non-empty ``params`` for one is an error.
+        weight: weight of this reward in the combined reward (finite; 0 means "log only").
+        name: display name; defaults to the registry id, or the user function's ``__name__``.
+
+    Raises:
+        RewardLoadError: unknown id, unimportable module, missing/non-callable attribute, params given
+            to a user function, invalid params, or a non-finite weight.
+    """
+    if not isinstance(weight, numbers.Real) or not math.isfinite(weight):
+        raise RewardLoadError(f"reward {id_or_path!r}: weight must be a finite number, got {weight!r}")
+    if ":" in id_or_path:
+        if params:
+            raise RewardLoadError(
+                f"reward {id_or_path!r} is a user function and takes no params; got "
+                f"{', '.join(sorted(params))}. Bind them in your own code (e.g. functools.partial "
+                f"inside your module) instead"
+            )
+        fn = _import_callable(id_or_path)
+        display = name or getattr(fn, "__name__", None) or id_or_path
+        return RewardSpec(name=display, fn=fn, weight=float(weight))
+    if id_or_path not in REWARD_FUNCTIONS:
+        hint = " (user functions need a colon: 'package.module:function')" if "." in id_or_path else ""
+        raise RewardLoadError(
+            f"unknown reward function {id_or_path!r}{hint}; known: {', '.join(REWARD_FUNCTIONS.ids())}"
+        )
+    try:
+        fn = bind_reward(id_or_path, params)
+    except ValidationError as e:
+        raise RewardLoadError(f"invalid params for reward {id_or_path!r}: {e}") from e
+    return RewardSpec(name=name or id_or_path, fn=fn, weight=float(weight))
+
+
+def _preview(value: Any, limit: int = _PREVIEW_CHARS) -> str:
+    """Short repr of a prompt (string or chat messages) or completion for error messages."""
+    if isinstance(value, list) and value and isinstance(value[-1], dict) and "content" in value[-1]:
+        value = f"[{len(value)} messages; last {value[-1].get('role', '?')}] {value[-1]['content']}"
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > limit:
+        text = text[: limit // 2] + f" …[{len(text) - limit} chars]… " + text[-limit // 2 :]
+    return repr(text)
+
+
+def _sample_detail(prompts: Sequence[Any], completions: Sequence[str], i: int) -> str:
+    return f"prompt={_preview(prompts[i])}, completion={_preview(completions[i])}"
+
+
+def _call(
+    spec: RewardSpec, prompts: Sequence[Any], completions: Sequence[str], columns: Mapping[str, list]
+) -> Any:
+    return spec.fn(prompts=list(prompts), completions=list(completions), **columns)
+
+
+def _locate_failure(
+    spec: RewardSpec, prompts: Sequence[Any], completions: Sequence[str], columns: Mapping[str, list]
+) -> tuple[int, BaseException] | None:
+    """Re-run a failed reward one sample at a time to find the first failing sample."""
+    for i in range(len(completions)):
+        try:
+            _call(
+                spec,
+                prompts[i : i + 1],
+                completions[i : i + 1],
+                {k: v[i : i + 1] for k, v in columns.items()},
+            )
+        except Exception as e:  # noqa: BLE001 - we are locating the error to re-raise it with context
+            return i, e
+    return None
+
+
+def _to_float(value: Any) -> float | None:
+    """A reward value as float (None stays None); raises TypeError/ValueError when malformed."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not (isinstance(value, numbers.Real) or hasattr(value, "__float__")):
+        raise TypeError(f"reward values must be numbers or None, got {type(value).__name__} {value!r}")
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"reward value {out} is not finite (return None for 'does not apply')")
+    return out
+
+
+def compute_rewards(
+    specs: Sequence[RewardSpec],
+    prompts: Sequence[Any],
+    completions: Sequence[str],
+    columns: Mapping[str, Sequence[Any]],
+    *,
+    step: int,
+) -> torch.Tensor:
+    """Score ``N`` completions with ``K`` rewards: a float32 tensor ``[N, K]``; ``None`` becomes NaN.
+
+    Each reward is called once on the whole batch as ``fn(prompts=..., completions=..., **columns)``.
+
+    Raises:
+        ValueError: misaligned inputs (prompt/column lengths differ from ``len(completions)``) or a
+            column named ``prompts``/``completions``.
+        RewardFunctionError: a reward raised (the batch is then re-scored one sample at a time to
+            name the first failing sample; a reward that fails only on the whole batch is reported
+            as such), returned the wrong number of values, or returned a non-number / NaN / inf.
+    """
+    n = len(completions)
+    if len(prompts) != n:
+        raise ValueError(f"compute_rewards: {len(prompts)} prompts for {n} completions")
+    cols: dict[str, list] = {}
+    for key, values in columns.items():
+        if key in ("prompts", "completions"):
+            raise ValueError(f"compute_rewards: dataset column {key!r} clashes with a reward argument name")
+        values = list(values)
+        if len(values) != n:
+            raise ValueError(f"compute_rewards: column {key!r} has {len(values)} values for {n} completions")
+        cols[key] = values
+
+    out = torch.empty(n, len(specs), dtype=torch.float32)
+    for k, spec in enumerate(specs):
+        where = f"reward {spec.name!r} at step {step}"
+        try:
+            values = _call(spec, prompts, completions, cols)
+        except Exception as batch_error:
+            located = _locate_failure(spec, prompts, completions, cols)
+            if located is None:
+                raise RewardFunctionError(
+                    f"{where} raised on the batch of {n} samples (but on no single sample): "
+                    f"{type(batch_error).__name__}: {batch_error}; first sample: "
+                    f"{_sample_detail(prompts, completions, 0) if n else '(empty batch)'}"
+                ) from batch_error
+            i, error = located
+            raise RewardFunctionError(
+                f"{where} raised on sample {i}: {type(error).__name__}: {error}; "
+                f"{_sample_detail(prompts, completions, i)}"
+            ) from error
+        if hasattr(values, "tolist") and not isinstance(values, list | tuple):
+            values = values.tolist()
+        if not isinstance(values, list | tuple):
+            raise RewardFunctionError(
+                f"{where} returned {type(values).__name__}, expected a list of {n} numbers/None"
+            )
+        if len(values) != n:
+            raise RewardFunctionError(
+                f"{where} returned {len(values)} values for {n} completions; first sample: "
+                f"{_sample_detail(prompts, completions, 0) if n else '(empty batch)'}"
+            )
+        for i, value in enumerate(values):
+            try:
+                as_float = _to_float(value)
+            except (TypeError, ValueError) as e:
+                raise RewardFunctionError(
+                    f"{where} returned a bad value for sample {i}: {e}; {_sample_detail(prompts, completions, i)}"
+                ) from None
+            out[i, k] = math.nan if as_float is None else as_float
+    return out
+
+
+def combine_rewards(rewards: torch.Tensor, weights: Sequence[float] | torch.Tensor) -> torch.Tensor:
+    """Weighted sum over rewards ignoring NaN: ``nansum(weights * rewards, dim=1)`` -> ``[N]``.
+
+    Raises:
+        ValueError: shape mismatch, or a sample whose rewards are all NaN (no reward applies to it).
+    """
+    if rewards.ndim != 2:
+        raise ValueError(f"combine_rewards: rewards must be [N, K], got shape {tuple(rewards.shape)}")
+    w = torch.as_tensor(weights, dtype=rewards.dtype, device=rewards.device)
+    if w.shape != (rewards.shape[1],):
+        raise ValueError(
+            f"combine_rewards: {tuple(w.shape)} weights for {rewards.shape[1]} rewards (shape {tuple(rewards.shape)})"
+        )
+    missing = torch.isnan(rewards).all(dim=1)  # also true for every row when K == 0
+    if bool(missing.any()):
+        bad = missing.nonzero().flatten().tolist()
+        shown = ", ".join(map(str, bad[:10])) + (", …" if len(bad) > 10 else "")
+        raise ValueError(
+            f"combine_rewards: no reward applies to sample(s) {shown} (all rewards are None/NaN); "
+            f"every sample needs at least one applicable reward"
+        )
+    return torch.nansum(rewards * w, dim=1)

@@ -1,0 +1,50 @@
+"""The rich progress bar: step, ETA, reward, accuracy and tokens/s."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+class TrainProgress:
+    def __init__(self, total: int, completed: int, enabled: bool) -> None:
+        self.enabled = enabled
+        self.console = Console(stderr=True)
+        self._progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[stats]}"),
+            console=self.console,
+            disable=not enabled,
+        )
+        self._task = self._progress.add_task("train", total=total, completed=completed, stats="")
+
+    def __enter__(self) -> TrainProgress:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._progress.__exit__(*exc)
+
+    def update(self, step: int, m: dict[str, float]) -> None:
+        stats = (
+            f"reward {m['reward_mean']:.3f}  acc {m['accuracy']:.2f}  len {m['completion_length_mean']:.0f}  "
+            f"gen {m['generated_tokens_per_second']:.0f} tok/s  step {m['step_seconds']:.1f}s"
+        )
+        self._progress.update(self._task, completed=step, stats=stats)
+        if not self.enabled:
+            self.console.print(f"step {step}: {stats}")
+
+    def note(self, text: str) -> None:
+        self.console.print(text)

@@ -1,0 +1,273 @@
+"""The training loop.
+
+    sample prompts → G completions each → rewards → advantages
+      → μ epochs × mini-batches × micro-batches of the policy loss → clip → AdamW → metrics
+      → periodic evaluation and checkpoint
+
+Every algorithm choice is a registry lookup resolved once in :func:`resolve_loss_components`; the
+loop itself has no per-algorithm branches.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import grove.builtin_components  # noqa: F401
+from grove.config import ConfigError, GroveConfig, dump_config
+from grove.evaluation.evaluate import EvalResult, evaluate
+from grove.models.loading import load_policy
+from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from grove.rewards.loading import RewardSpec, resolve_reward
+from grove.rollout.base import SamplingParams, encode_prompts
+from grove.rollout.hf_engine import TransformersEngine
+from grove.tasks.base import build_task
+from grove.training import checkpoint as ckpt
+from grove.training.collect import collect_experience
+from grove.training.forward import policy_forward
+from grove.training.logging import RunLogger
+from grove.training.metrics import step_metrics
+from grove.training.optim import build_optimizer
+from grove.training.progress import TrainProgress
+from grove.training.sampler import PromptSampler
+from grove.training.update import LossComponents, UpdateSchedule, policy_update
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
+    a = cfg.algorithm
+    return LossComponents(
+        policy_loss=POLICY_LOSSES.get(a.policy_loss.id),
+        policy_params=a.policy_loss.validated(POLICY_LOSSES),
+        aggregate=LOSS_AGGREGATIONS.get(a.aggregation),
+        kl_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.coef > 0 else None,
+        kl_coef=a.kl.coef,
+        entropy_coef=a.entropy_coef,
+        temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
+        max_response_length=cfg.rollout.max_new_tokens,
+    )
+
+
+def resolve_rewards(cfg: GroveConfig) -> list[RewardSpec]:
+    return [resolve_reward(r.id, r.params, r.weight, r.display_name) for r in cfg.rewards]
+
+
+@dataclass
+class TrainSummary:
+    run_dir: Path
+    steps: int
+    before: EvalResult | None
+    after: EvalResult | None
+    seconds: float
+
+
+class Trainer:
+    def __init__(self, cfg: GroveConfig, run_dir: Path, *, resume: bool = False) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.resume_from = self._prepare_run_dir(resume)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        seed_everything(cfg.seed)
+
+        self.task = build_task(cfg.task)
+        self.rewards = resolve_rewards(cfg)
+        names = [r.name for r in self.rewards]
+        self.accuracy_reward = self.rewards[names.index(cfg.accuracy_reward_name)]
+        self.model, self.tokenizer = load_policy(cfg.model.name, dtype=getattr(torch, cfg.model.dtype))
+        self.ref_model = None
+        if cfg.algorithm.kl.coef > 0:  # β = 0 loads no reference model
+            self.ref_model, _ = load_policy(cfg.model.name, dtype=getattr(torch, cfg.model.dtype))
+            self.ref_model.eval().requires_grad_(False)
+        self.engine = TransformersEngine(self.model, self.tokenizer)
+        self.sampling = SamplingParams(
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            top_k=cfg.rollout.top_k,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            stop=tuple(cfg.rollout.stop),
+        )
+        self.advantage_fn = ADVANTAGE_ESTIMATORS.get(cfg.algorithm.advantage.id)
+        self.advantage_params = cfg.algorithm.advantage.validated(ADVANTAGE_ESTIMATORS)
+        self.loss_parts = resolve_loss_components(cfg)
+        t = cfg.train
+        self.schedule = UpdateSchedule(t.ppo_epochs, t.mini_batches, t.micro_batch_size, t.max_grad_norm)
+        total_optimizer_steps = t.steps * t.ppo_epochs * t.mini_batches
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, total_optimizer_steps)
+        self.sampler = PromptSampler(len(self.task.train), cfg.seed)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.step = 0
+        if self.resume_from is not None:
+            self._restore(self.resume_from)
+        self.logger = RunLogger(
+            run_dir, tensorboard=cfg.logging.tensorboard, resume_step=self.step if self.resume_from else None
+        )
+
+    # ------------------------------------------------------------------ run directory
+    def _prepare_run_dir(self, resume: bool) -> Path | None:
+        config_path = self.run_dir / "config.yaml"
+        if resume:
+            latest = ckpt.latest_checkpoint(self.run_dir)
+            if latest is None:
+                if not config_path.exists():
+                    raise ConfigError(f"--resume {self.run_dir}: no such run (no config.yaml there)")
+                # killed before the first checkpoint: start over in the same directory
+            return latest
+        if ckpt.list_checkpoints(self.run_dir) or (self.run_dir / "metrics.jsonl").exists():
+            raise ConfigError(
+                f"output_dir {str(self.run_dir)!r} already holds a run; continue it with "
+                f"--resume {self.run_dir}, or choose a new one with --set output_dir=..."
+            )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config_path.write_text(dump_config(self.cfg))
+        return None
+
+    def _restore(self, path: Path) -> None:
+        ckpt.load_model_weights(self.model, path)
+        state = ckpt.load_trainer_state(path)
+        self.optimizer.load_state_dict(state.optimizer)
+        self.scheduler.load_state_dict(state.scheduler)
+        self.sampler.load_state_dict(state.sampler)
+        self.generator.set_state(state.generator)
+        ckpt.restore_rng(state.rng)
+        self.step = state.step
+
+    def _save(self) -> None:
+        state = ckpt.TrainerState(
+            step=self.step,
+            optimizer=self.optimizer.state_dict(),
+            scheduler=self.scheduler.state_dict(),
+            sampler=self.sampler.state_dict(),
+            generator=self.generator.get_state(),
+            rng=ckpt.capture_rng(),
+        )
+        ckpt.save_checkpoint(self.run_dir, self.model, self.tokenizer, state, self.cfg.checkpoint.keep_last)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> EvalResult:
+        cfg = self.cfg
+        examples = list(self.task.eval)[: cfg.eval.max_examples]
+        self.model.eval()
+        result = evaluate(
+            self.engine,
+            self.tokenizer,
+            examples,
+            self.accuracy_reward,
+            max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+            stop=tuple(cfg.rollout.stop),
+            system_prompt=cfg.rollout.system_prompt,
+            use_chat_template=cfg.rollout.use_chat_template,
+            batch_size=cfg.eval.batch_size,
+        )
+        self.logger.log_eval(self.step, result.record())
+        with (self.run_dir / f"eval_samples_step{self.step:06d}.jsonl").open("w") as f:
+            for s in result.samples:
+                f.write(json.dumps(s) + "\n")
+        return result
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        indices = self.sampler.next(cfg.train.prompts_per_step)
+        examples = [self.task.train[i] for i in indices]
+        prompt_ids = encode_prompts(
+            self.tokenizer,
+            [e.prompt for e in examples],
+            system_prompt=cfg.rollout.system_prompt,
+            use_chat_template=cfg.rollout.use_chat_template,
+        )
+        self.model.eval()
+        exp = collect_experience(
+            self.engine,
+            examples,
+            prompt_ids,
+            n=cfg.train.completions_per_prompt,
+            sampling=self.sampling,
+            generator=self.generator,
+            rewards=self.rewards,
+            advantage_fn=self.advantage_fn,
+            advantage_params=self.advantage_params,
+            step=self.step,
+        )
+        batch = exp.batch
+        t_ref = time.perf_counter()
+        if self.ref_model is not None:
+            with torch.inference_mode():
+                ref, _ = policy_forward(
+                    self.ref_model,
+                    batch.prompt_ids,
+                    batch.prompt_mask,
+                    batch.response_ids,
+                    batch.response_mask,
+                    temperature=self.loss_parts.temperature,
+                )
+            batch = batch.replace(ref_logprobs=ref.float())
+        t_train = time.perf_counter()
+        update = policy_update(
+            self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator
+        )
+        t_end = time.perf_counter()
+        metrics = step_metrics(exp, batch, accuracy_reward=self.cfg.accuracy_reward_name)
+        metrics.update(update)
+        metrics.update(
+            {
+                "rollout_seconds": t_ref - t0,
+                "reference_seconds": t_train - t_ref,
+                "train_seconds": t_end - t_train,
+                "step_seconds": t_end - t0,
+                "generated_tokens_per_second": exp.generated_tokens / max(exp.generation_seconds, 1e-9),
+                "trained_tokens_per_second": update["trained_tokens"] / max(t_end - t_train, 1e-9),
+            }
+        )
+        keep = cfg.logging.samples_per_step
+        self.logger.log_samples(
+            self.step,
+            [
+                {**batch.metadata[k], "rewards": dict(zip(batch.reward_names, batch.rewards[k].tolist(), strict=True))}
+                for k in range(min(keep, batch.num_samples))
+            ],
+        )
+        return metrics
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> TrainSummary:
+        cfg = self.cfg
+        start = time.perf_counter()
+        before = None
+        if self.step == 0 and cfg.eval.before_training:
+            before = self.evaluate()
+        progress = TrainProgress(total=cfg.train.steps, completed=self.step, enabled=cfg.logging.progress)
+        with progress:
+            while self.step < cfg.train.steps:
+                self.step += 1
+                metrics = self.train_step()
+                self.logger.log_step(self.step, metrics)
+                progress.update(self.step, metrics)
+                last = self.step == cfg.train.steps
+                if cfg.eval.every and self.step % cfg.eval.every == 0 and not last:
+                    progress.note(f"step {self.step}: held-out accuracy {self.evaluate().report}")
+                if self.step % cfg.checkpoint.every == 0 or last:
+                    self._save()
+        after = self.evaluate()
+        self.logger.close()
+        summary = TrainSummary(self.run_dir, self.step, before, after, time.perf_counter() - start)
+        self._write_summary(summary)
+        return summary
+
+    def _write_summary(self, s: TrainSummary) -> None:
+        evals = self.logger.evals.read()  # on a resumed run the 'before' evaluation is in the log
+        first = next((e for e in evals if e["step"] == 0), None)
+        data = {"steps": s.steps, "seconds_this_process": s.seconds, "before": first, "after": evals[-1]}
+        (self.run_dir / "summary.json").write_text(json.dumps(data, indent=2))

@@ -1,0 +1,172 @@
+"""The policy update: μ epochs × mini-batches (optimizer steps) × micro-batches (accumulation).
+
+The loss of a micro-batch is aggregated with the *mini-batch's* global scale (token and sequence
+counts), so summing micro-batch losses, which is what gradient accumulation does, gives exactly
+the full mini-batch loss whatever the micro-batch size (``grove.core.aggregation``).
+
+Old log-probs: when the update is on-policy (one epoch, one mini-batch) the current forward's
+detached log-probs are used as ``old_logprobs``, so the ratio is exactly 1 and no extra forward is
+spent; otherwise the rollout engine's log-probs are used (they equal the training forward's to
+within the mismatch logged as ``logprob_mismatch_max``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from pydantic import BaseModel
+from torch import Tensor
+
+from grove.batch import RolloutBatch
+from grove.core.aggregation import AggregationScale
+from grove.training.forward import policy_forward
+
+
+@dataclass(frozen=True)
+class LossComponents:
+    """The resolved loss pieces (registry functions and their validated parameters)."""
+
+    policy_loss: Callable
+    policy_params: BaseModel
+    aggregate: Callable[[Tensor, Tensor, AggregationScale], Tensor]
+    kl_estimator: Callable[[Tensor, Tensor], Tensor] | None
+    kl_coef: float
+    entropy_coef: float
+    temperature: float
+    max_response_length: int
+    chunk_size: int = 1024
+
+
+@dataclass(frozen=True)
+class UpdateSchedule:
+    ppo_epochs: int
+    mini_batches: int
+    micro_batch_size: int
+    max_grad_norm: float | None
+
+    @property
+    def on_policy(self) -> bool:
+        return self.ppo_epochs == 1 and self.mini_batches == 1
+
+
+class TokenStats:
+    """Sums of per-token statistics over loss tokens, for micro-batch-independent averages."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.tokens = 0.0
+
+    def add(self, values: dict[str, Tensor], mask: Tensor) -> None:
+        self.tokens += float(mask.sum())
+        for name, v in values.items():
+            self.sums[name] += float((v.detach().float() * mask).sum())
+
+    def means(self) -> dict[str, float]:
+        return {k: v / max(self.tokens, 1.0) for k, v in self.sums.items()}
+
+
+def micro_batch_loss(
+    model: torch.nn.Module,
+    mb: RolloutBatch,
+    parts: LossComponents,
+    scale: AggregationScale,
+    *,
+    on_policy: bool,
+) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+    """Loss of one micro-batch (already divided by the global scale) and its per-token statistics."""
+    logprobs, entropy = policy_forward(
+        model,
+        mb.prompt_ids,
+        mb.prompt_mask,
+        mb.response_ids,
+        mb.response_mask,
+        temperature=parts.temperature,
+        with_entropy=True,
+        chunk_size=parts.chunk_size,
+    )
+    mask = mb.loss_mask.to(logprobs.dtype)
+    old = logprobs.detach() if on_policy else mb.old_logprobs
+    out = parts.policy_loss(logprobs, old, mb.advantages, mask, parts.policy_params)
+    loss = parts.aggregate(out.token_loss, mask, scale)
+    stats = {name: v for name, v in out.token_stats.items()}
+    stats["entropy"] = entropy.detach()
+    stats["logprob"] = logprobs.detach()
+    if parts.kl_estimator is not None and mb.ref_logprobs is not None:
+        kl = parts.kl_estimator(logprobs, mb.ref_logprobs)
+        loss = loss + parts.kl_coef * parts.aggregate(kl, mask, scale)
+        stats["kl"] = kl.detach()
+    if parts.entropy_coef:
+        loss = loss - parts.entropy_coef * parts.aggregate(entropy, mask, scale)
+    mismatch = (logprobs.detach() - mb.old_logprobs).abs() * mask
+    return loss, stats, mismatch
+
+
+def _chunks(indices: Tensor, size: int) -> list[Tensor]:
+    return list(torch.split(indices, size))
+
+
+def policy_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    batch: RolloutBatch,
+    parts: LossComponents,
+    schedule: UpdateSchedule,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """Run μ epochs of mini-batch updates on one step's rollouts; return averaged metrics."""
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = batch.num_samples
+    mini_size = n // schedule.mini_batches
+    token_stats = TokenStats()
+    losses: list[float] = []
+    grad_norms: list[float] = []
+    mismatch_max = 0.0
+    mismatch_sum = 0.0
+    mismatch_tokens = 0.0
+    for epoch in range(schedule.ppo_epochs):
+        order = torch.randperm(n, generator=generator) if not schedule.on_policy else torch.arange(n)
+        for mini_index, mini_idx in enumerate(_chunks(order, mini_size)):
+            mini = batch.select(mini_idx)
+            scale = AggregationScale.from_mask(mini.loss_mask, parts.max_response_length)
+            # length-sorted micro-batches waste less compute on padding
+            by_length = torch.argsort(mini.response_lengths + mini.prompt_mask.sum(1), descending=True)
+            optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            first_pass = epoch == 0 and mini_index == 0
+            for micro_idx in _chunks(by_length, schedule.micro_batch_size):
+                mb = mini.select(micro_idx).trimmed()
+                loss, stats, mismatch = micro_batch_loss(model, mb, parts, scale, on_policy=schedule.on_policy)
+                loss.backward()
+                total += float(loss.detach())
+                token_stats.add(stats, mb.loss_mask.float())
+                if first_pass:  # before any optimizer step: a clean rollout-vs-training comparison
+                    mismatch_max = max(mismatch_max, float(mismatch.max()) if mismatch.numel() else 0.0)
+                    mismatch_sum += float(mismatch.sum())
+                    mismatch_tokens += float(mb.loss_mask.sum())
+            max_norm = schedule.max_grad_norm if schedule.max_grad_norm is not None else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            optimizer.step()
+            scheduler.step()
+            losses.append(total)
+            grad_norms.append(float(grad_norm))
+    means = token_stats.means()
+    metrics = {
+        "loss": sum(losses) / len(losses),
+        "grad_norm": sum(grad_norms) / len(grad_norms),
+        "grad_norm_max": max(grad_norms),
+        "lr": scheduler.get_last_lr()[0],
+        "entropy": means.pop("entropy", float("nan")),
+        "logprob_mismatch_max": mismatch_max,
+        "logprob_mismatch_mean": mismatch_sum / max(mismatch_tokens, 1.0),
+        "trained_tokens": token_stats.tokens,
+    }
+    if "kl" in means:
+        metrics["kl"] = means.pop("kl")
+    means.pop("logprob", None)
+    metrics.update({f"{k}_frac" if k.startswith(("clip", "dual")) else k: v for k, v in means.items()})
+    return metrics

@@ -1,0 +1,131 @@
+"""Config validation: defaults, overrides, derived quantities, and error messages that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from grove.config import ConfigError, GroveConfig, apply_overrides, load_config
+
+
+def write(tmp_path, text: str):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_validate():
+    cfg = GroveConfig()
+    assert cfg.algorithm.advantage.id == "grpo"
+    assert cfg.train.completions_per_step == 64
+
+
+def test_example_config_loads():
+    cfg = load_config("examples/arithmetic.yaml")
+    assert cfg.model.name == "smollm2-135m"
+    assert cfg.task.id == "arithmetic"
+
+
+def test_overrides_nested_list_and_yaml_values(tmp_path):
+    p = write(tmp_path, "rewards:\n  - {id: answer_match, weight: 1.0}\n")
+    cfg = load_config(p, ["train.steps=7", "rewards.0.weight=2.5", 'rollout.stop=["\\n\\n"]', "optim.lr=3e-6"])
+    assert cfg.train.steps == 7
+    assert cfg.rewards[0].weight == 2.5
+    assert cfg.rollout.stop == ["\n\n"]
+    assert cfg.optim.lr == pytest.approx(3e-6)
+
+
+def test_override_without_equals_is_an_error():
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        apply_overrides({}, ["train.steps"])
+
+
+def test_override_bad_list_index():
+    with pytest.raises(ConfigError, match="not an index"):
+        apply_overrides({"rewards": [{"id": "x"}]}, ["rewards.3.weight=1"])
+
+
+def test_unknown_key_names_key_and_allowed_values(tmp_path):
+    p = write(tmp_path, "train:\n  promts_per_step: 4\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert "train.promts_per_step" in msg
+    assert "prompts_per_step" in msg  # suggestion and the allowed list
+    assert "completions_per_prompt" in msg
+
+
+def test_wrong_type_names_key(tmp_path):
+    p = write(tmp_path, "train:\n  steps: many\n")
+    with pytest.raises(ConfigError, match="train.steps"):
+        load_config(p)
+
+
+def test_literal_names_allowed_values(tmp_path):
+    p = write(tmp_path, "optim:\n  schedule: linear\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert "optim.schedule" in str(e.value) and "cosine" in str(e.value)
+
+
+def test_unknown_component_lists_registry(tmp_path):
+    p = write(tmp_path, "algorithm:\n  advantage: {id: grpoo}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert "grpoo" in msg and "Did you mean 'grpo'" in msg and "rloo" in msg
+
+
+def test_component_param_validated_against_registered_model(tmp_path):
+    p = write(tmp_path, "algorithm:\n  policy_loss: {id: ppo_clip, clip_hi: 0.3}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert "clip_hi" in msg and "clip_high" in msg
+
+
+def test_aggregation_accepts_verl_spelling_and_rejects_unknown(tmp_path):
+    cfg = load_config(None, ["algorithm.aggregation=seq-mean-token-sum-norm"])
+    assert cfg.algorithm.aggregation == "seq_mean_token_sum_norm"
+    with pytest.raises(ConfigError, match="algorithm.aggregation"):
+        load_config(None, ["algorithm.aggregation=sum"])
+
+
+def test_mini_batches_must_divide(tmp_path):
+    with pytest.raises(ConfigError, match="train.mini_batches"):
+        load_config(None, ["train.prompts_per_step=3", "train.completions_per_prompt=3", "train.mini_batches=2"])
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "train: [1,\n"))
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(write(tmp_path, "- 1\n- 2\n"))
+
+
+def test_yaml_is_loaded_safely(tmp_path):
+    p = write(tmp_path, "seed: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(p)
+
+
+def test_derived_quantities():
+    cfg = load_config(
+        None,
+        ["train.prompts_per_step=4", "train.completions_per_prompt=8", "train.mini_batches=2",
+         "train.micro_batch_size=4", "train.ppo_epochs=3", "train.steps=10"],
+    )
+    d = cfg.derived()
+    assert d["completions_per_step"] == 32
+    assert d["mini_batch_size (completions per optimizer step)"] == 16
+    assert d["gradient_accumulation_steps"] == 4
+    assert d["optimizer_steps_per_rollout"] == 6
+    assert d["total_optimizer_steps"] == 60
+
+
+def test_reward_names_unique_and_accuracy_reward(tmp_path):
+    with pytest.raises(ConfigError, match="names must be unique"):
+        load_config(None, ["rewards=[{id: answer_match}, {id: answer_match}]"])
+    with pytest.raises(ConfigError, match="eval.accuracy_reward"):
+        load_config(None, ["eval.accuracy_reward=nope"])

@@ -1,0 +1,183 @@
+"""End to end through the CLI on a tiny random model: train, outputs, resume equivalence, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from grove.cli import app
+from grove.models.tiny import create_tiny_model_dir
+
+runner = CliRunner()
+
+TIMING_KEYS = ("seconds", "per_second")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return create_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+def base_overrides(model: Path, out: Path, **extra) -> list[str]:
+    values = {
+        "model.name": str(model),
+        "output_dir": str(out),
+        "threads": 1,
+        "task.train_size": 8,
+        "task.eval_size": 6,
+        "rewards": "[{id: answer_match, extract: last_number}]",
+        "rollout.max_new_tokens": 6,
+        "train.steps": 4,
+        "train.prompts_per_step": 4,
+        "train.completions_per_prompt": 3,
+        "train.micro_batch_size": 5,
+        "optim.lr": 1e-3,
+        "optim.schedule": "cosine",
+        "optim.warmup_steps": 1,
+        "checkpoint.every": 2,
+        "checkpoint.keep_last": 3,
+        "logging.progress": False,
+        "logging.tensorboard": True,
+    }
+    values.update(extra)
+    args = []
+    for k, v in values.items():
+        args += ["--set", f"{k}={v}"]
+    return args
+
+
+def run_cli(args: list[str]):
+    result = runner.invoke(app, args, catch_exceptions=False)
+    return result
+
+
+def metric_rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not any(t in k for t in TIMING_KEYS)} for r in rows]
+
+
+def test_train_end_to_end(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    result = run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, out)])
+    assert result.exit_code == 0, result.output
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    required = {
+        "reward_mean", "reward_std", "accuracy", "advantage_mean", "advantage_std", "zero_std_group_fraction",
+        "loss", "entropy", "clip_frac", "grad_norm", "completion_length_mean", "logprob_mismatch_max",
+        "reward/answer_match_mean", "lr",
+    }
+    assert required <= set(rows[0]), required - set(rows[0])
+    # the rollout log-probs match the training forward (fp32), and the trainer logs it
+    assert all(r["logprob_mismatch_max"] < 1e-4 for r in rows)
+    # on-policy (μ=1, one mini-batch): the ratio is exactly 1, nothing is clipped
+    assert all(r["clip_frac"] == 0 for r in rows)
+    assert (out / "config.yaml").exists()
+    assert (out / "summary.json").exists()
+    assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["step-000002", "step-000004"]
+    assert (out / "checkpoints/step-000004/model/config.json").exists()
+    assert list((out / "checkpoints/step-000004/model").glob("*.safetensors"))
+    assert (out / "plots/training.png").stat().st_size > 0
+    assert (out / "plots/eval_accuracy.png").stat().st_size > 0
+    assert list((out / "tensorboard").glob("events.*"))
+    evals = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [0, 4] and evals[0]["total"] == 6
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert samples and {"prompt", "completion", "rewards", "step"} <= set(samples[0])
+    # the checkpoint is a normal model directory that `grove eval` accepts
+    ev = run_cli(["eval", "--model", str(out / "checkpoints/step-000004/model"), "--config", "examples/arithmetic.yaml",
+                  "--set", "task.eval_size=4", "--set", "rollout.max_new_tokens=4"])
+    assert ev.exit_code == 0, ev.output
+    assert "/4" in ev.output and "CI" in ev.output
+    # the same output_dir cannot be reused by accident
+    again = run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, out)])
+    assert again.exit_code == 2 and "--resume" in again.output
+
+
+class Crash(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("prompts_per_step", [4, 3], ids=["resume-at-epoch-boundary", "resume-mid-epoch"])
+def test_resume_reproduces_uninterrupted_run(tiny_model, tmp_path, monkeypatch, prompts_per_step):
+    from grove.training.trainer import Trainer
+
+    extra = {"train.prompts_per_step": prompts_per_step}
+    full = tmp_path / "full"
+    assert run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, full, **extra)]).exit_code == 0
+
+    crashed = tmp_path / "crashed"
+    original = Trainer.train_step
+
+    def crash_at_step_3(self):
+        if self.step == 3:
+            raise Crash("simulated kill after step 2's checkpoint")
+        return original(self)
+
+    monkeypatch.setattr(Trainer, "train_step", crash_at_step_3)
+    with pytest.raises(Crash):
+        run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, crashed, **extra)])
+    monkeypatch.setattr(Trainer, "train_step", original)
+    assert [r["step"] for r in metric_rows(crashed)] == [1, 2]
+    result = run_cli(
+        ["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, crashed, **extra), "--resume", str(crashed)]
+    )
+    assert result.exit_code == 0, result.output
+    assert metric_rows(crashed) == metric_rows(full)
+    full_eval = json.loads((full / "summary.json").read_text())
+    resumed_eval = json.loads((crashed / "summary.json").read_text())
+    for when in ("before", "after"):
+        drop = {"seconds"}
+        assert {k: v for k, v in resumed_eval[when].items() if k not in drop} == {
+            k: v for k, v in full_eval[when].items() if k not in drop
+        }
+
+
+def test_kill_9_mid_run_then_resume(tiny_model, tmp_path):
+    """A real SIGKILL at an arbitrary moment after the first checkpoint leaves a resumable run."""
+    out = tmp_path / "killed"
+    args = base_overrides(tiny_model, out, **{"train.steps": 6, "checkpoint.every": 1})
+    cmd = [sys.executable, "-m", "grove.cli", "train", "examples/arithmetic.yaml", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out / "checkpoints" / "step-000002").exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (out / "checkpoints" / "step-000002").exists(), "run never reached its second checkpoint"
+    result = run_cli(["train", "examples/arithmetic.yaml", *args, "--resume", str(out)])
+    assert result.exit_code == 0, result.output
+    assert [r["step"] for r in metric_rows(out)] == [1, 2, 3, 4, 5, 6]
+    assert not list((out / "checkpoints").glob(".tmp-*"))
+
+
+def test_resume_of_missing_run_is_an_error(tmp_path):
+    result = run_cli(["train", "examples/arithmetic.yaml", "--resume", str(tmp_path / "nothing")])
+    assert result.exit_code == 2
+    assert "no such run" in result.output
+
+
+def test_bad_config_exits_2_with_key(tmp_path):
+    result = run_cli(["train", "examples/arithmetic.yaml", "--set", "train.stepz=3"])
+    assert result.exit_code == 2
+    assert "train.stepz" in result.output and "steps" in result.output
+
+
+def test_config_show_prints_derived(tmp_path):
+    result = run_cli(["config", "show", "examples/arithmetic.yaml", "--set", "train.mini_batches=2"])
+    assert result.exit_code == 0, result.output
+    assert "optimizer_steps_per_rollout" in result.output
+    assert "completions_per_step" in result.output
+
+
+def test_plot_missing_run_is_an_error(tmp_path):
+    result = run_cli(["plot", str(tmp_path)])
+    assert result.exit_code == 2
