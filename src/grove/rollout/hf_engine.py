@@ -3,7 +3,9 @@
 The ``B`` unique prompts are prefilled once (left-padded, ``position_ids = cumsum(mask) - 1``, the same
 positions :func:`grove.training.forward.policy_forward` uses), the cache is fanned out to ``n`` samples per
 prompt, and tokens are decoded step by step with one forward for all still-running rows. Finished rows are
-dropped from the cache and the batch, so they cost no further work.
+dropped from the cache and the batch, so they cost no further work. Randomness comes only from the
+caller's ``torch.Generator`` (one uniform draw per row and step, inverse-CDF sampling), so a seeded
+generator reproduces a rollout exactly (for a fixed device / thread count).
 
 Log-probs: the value recorded for each sampled token is ``log_softmax(logits / T)[token]`` with ``T`` the
 sampling temperature (``T = 1`` for greedy), i.e. the *tempered policy before top-k / top-p truncation*.
@@ -44,7 +46,12 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
 
 
 class TransformersEngine(RolloutEngine):
-    """Rollout engine over a transformers ``PreTrainedModel`` (see the module docstring)."""
+    """Rollout engine over a transformers ``PreTrainedModel`` (see the module docstring).
+
+    ``eos_token_ids`` end a completion (the token is kept in the response with its log-prob); by default the
+    tokenizer's eos plus ``model.generation_config.eos_token_id``; ``[]`` disables eos stopping. Samples are
+    drawn with the caller's ``torch.Generator``, so a seeded generator reproduces a rollout exactly.
+    """
 
     def __init__(
         self,
@@ -54,11 +61,13 @@ class TransformersEngine(RolloutEngine):
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        if eos_token_ids is None:
-            eos_token_ids = tokenizer.eos_token_id
+        if eos_token_ids is None:  # the tokenizer's eos plus the generation config's (e.g. several end tokens)
+            gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+            eos_token_ids = [tokenizer.eos_token_id, *(gen_eos if isinstance(gen_eos, list) else [gen_eos])]
+            eos_token_ids = [t for t in eos_token_ids if t is not None]
         if isinstance(eos_token_ids, int):
             eos_token_ids = [eos_token_ids]
-        self.eos_token_ids = sorted({int(t) for t in eos_token_ids or []})
+        self.eos_token_ids = sorted({int(t) for t in eos_token_ids})
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or [0])[0])
 
@@ -78,17 +87,27 @@ class TransformersEngine(RolloutEngine):
         return ids, mask
 
     def _sample(self, logits: Tensor, sampling: SamplingParams, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """Draw one token per row; return ``(tokens, log-probs under the tempered, untruncated policy)``."""
+        """Draw one token per row; return ``(tokens, log-probs under the tempered, untruncated policy)``.
+
+        Sampling is by inverse CDF: one ``torch.rand(generator=...)`` draw per row, located in the cumulative
+        distribution (float64). It is exact, reproducible from the generator, never picks a zero-probability
+        token, and avoids ``torch.multinomial``'s vocabulary-sized exponential draws (slow on CPU).
+        """
         logits = logits.float()
         if sampling.greedy:
             logp = torch.log_softmax(logits, dim=-1)
             tokens = logits.argmax(dim=-1)
         else:
-            scaled = logits / sampling.temperature
+            scaled = logits / sampling.temperature if sampling.temperature != 1.0 else logits
             logp = torch.log_softmax(scaled, dim=-1)
-            probs = filter_logits(scaled, sampling.top_k, sampling.top_p).softmax(dim=-1)
-            tokens = torch.multinomial(probs.to(generator.device), 1, generator=generator).squeeze(1)
-            tokens = tokens.to(logits.device)
+            if sampling.top_k > 0 or sampling.top_p < 1.0:
+                weights = filter_logits(logp, sampling.top_k, sampling.top_p).exp()
+            else:
+                weights = logp.exp()
+            cdf = weights.double().cumsum(dim=-1)
+            u = torch.rand((cdf.shape[0], 1), generator=generator, dtype=torch.float64, device=generator.device)
+            u = u.to(cdf.device) * cdf[:, -1:]  # in [0, total mass): lands on a token with positive weight
+            tokens = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[-1] - 1)
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)
 
     def _stop_hits(self, rows: list[int], tokens: list[list[int]], stop: tuple[str, ...]) -> list[bool]:
@@ -102,7 +121,6 @@ class TransformersEngine(RolloutEngine):
         return [any(s in t for s in stop) for t in texts]
 
     # ------------------------------------------------------------------ main loop
-    @torch.inference_mode()
     def generate(
         self,
         prompt_token_ids: list[list[int]],
@@ -110,13 +128,35 @@ class TransformersEngine(RolloutEngine):
         sampling: SamplingParams,
         generator: torch.Generator,
     ) -> RolloutOutput:
-        """Sample ``n`` completions per prompt; rows are prompt-major (``i * n + j``)."""
+        """Sample ``n`` completions per prompt; rows are prompt-major (``i * n + j``).
+
+        The decode loop runs in eval mode under ``torch.inference_mode()`` (the model's training mode is
+        restored afterwards); the returned tensors are ordinary CPU tensors, usable in autograd later.
+        """
         start = time.perf_counter()
         if n < 1 or not prompt_token_ids or any(len(p) == 0 for p in prompt_token_ids):
             raise ValueError("need n >= 1 and at least one non-empty prompt")
-        device = self.device
-        num_prompts, total = len(prompt_token_ids), len(prompt_token_ids) * n
         prompt_ids, prompt_mask = self._left_pad(prompt_token_ids)
+        was_training = self.model.training
+        self.model.eval()  # no dropout, and gradient checkpointing would otherwise disable the KV cache
+        try:
+            with torch.inference_mode():
+                tokens, logprobs, reasons = self._decode(prompt_ids, prompt_mask, n, sampling, generator)
+        finally:
+            self.model.train(was_training)
+        return self._pack(prompt_ids, prompt_mask, n, len(prompt_token_ids), tokens, logprobs, reasons, start)
+
+    def _decode(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        n: int,
+        sampling: SamplingParams,
+        generator: torch.Generator,
+    ) -> tuple[list[list[int]], list[list[float]], list[str]]:
+        """The prefill + decode loop: per-row tokens, log-probs and finish reasons (global row order)."""
+        device = self.device
+        total = prompt_ids.shape[0] * n
         eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
 
         # prefill the unique prompts once, then fan the cache out to n samples per prompt
@@ -167,8 +207,7 @@ class TransformersEngine(RolloutEngine):
             )
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
-        del cache
-        return self._pack(prompt_ids, prompt_mask, n, num_prompts, tokens, logprobs, reasons, start)
+        return tokens, logprobs, reasons
 
     def _pack(
         self,

@@ -1,0 +1,174 @@
+"""Training-side log-probs: they must equal the sampler's, and chunking must not change values or grads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grove.core.logprobs import token_logprobs_and_entropy
+from grove.models.loading import load_policy
+from grove.models.tiny import create_tiny_model_dir
+from grove.rollout.base import SamplingParams, encode_prompts
+from grove.rollout.hf_engine import TransformersEngine
+from grove.training.forward import policy_forward
+
+PROMPTS = ["What is 2+2?", "Hi", "Solve for x: 2x + 3 = 11. Think step by step.", "Count: 1 2 3"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models run fastest single-threaded; with 2 threads on a busy 2-core box OpenMP spin-waits badly."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory: pytest.TempPathFactory):
+    path = create_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", initializer_range=0.2)
+    return load_policy(path)
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(policy) -> list[list[int]]:
+    return encode_prompts(policy[1], PROMPTS, system_prompt=None, use_chat_template=True)
+
+
+def _rollout(policy, prompt_ids, temperature: float, **kw):
+    model, tok = policy
+    eos = list(range(3, len(tok), 4))  # many "eos" ids: completions of varied lengths
+    engine = TransformersEngine(model, tok, eos)
+    sampling = SamplingParams(temperature=temperature, max_new_tokens=16, **kw)
+    return engine.generate(prompt_ids, 3, sampling, torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(("temperature", "extra"), [(0.7, {}), (1.0, {}), (0.7, {"top_k": 20, "top_p": 0.9})])
+def test_rollout_logprobs_match_policy_forward(policy, prompt_ids, temperature, extra) -> None:
+    out = _rollout(policy, prompt_ids, temperature, **extra)
+    lengths = out.response_mask.sum(1)
+    assert len(set(lengths.tolist())) > 1 and len({len(p) for p in prompt_ids}) > 1
+    with torch.no_grad():
+        logp, entropy = policy_forward(
+            policy[0], out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask,
+            temperature=temperature, chunk_size=7,
+        )
+    assert entropy is None
+    assert logp.shape == out.logprobs.shape
+    assert (logp[out.response_mask == 0] == 0).all()
+    assert (logp - out.logprobs).abs().max().item() <= 1e-4
+
+
+def test_greedy_rollout_logprobs_are_untempered(policy, prompt_ids) -> None:
+    out = _rollout(policy, prompt_ids, 0.0)
+    with torch.no_grad():
+        logp, _ = policy_forward(policy[0], out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask)
+    assert (logp - out.logprobs).abs().max().item() <= 1e-4
+
+
+def _naive_policy_logprobs(model, out, temperature):
+    ids = torch.cat([out.prompt_ids, out.response_ids], 1)
+    mask = torch.cat([out.prompt_mask, out.response_mask], 1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float() / temperature
+    p = out.prompt_ids.shape[1]
+    logp = torch.log_softmax(logits[:, p - 1 : -1], -1)
+    lp = logp.gather(-1, out.response_ids[..., None]).squeeze(-1) * out.response_mask
+    ent = -(logp.exp() * logp).sum(-1) * out.response_mask
+    return lp, ent
+
+
+def test_policy_forward_grad_and_entropy_match_naive(policy, prompt_ids) -> None:
+    model = policy[0]
+    out = _rollout(policy, prompt_ids, 0.7)
+    logp, entropy = policy_forward(
+        model, out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask,
+        temperature=0.7, with_entropy=True, chunk_size=5,
+    )
+    assert logp.requires_grad and entropy is not None and entropy.requires_grad
+    (logp.sum() + 0.1 * entropy.sum()).backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+
+    ref_lp, ref_ent = _naive_policy_logprobs(model, out, 0.7)
+    (ref_lp.sum() + 0.1 * ref_ent.sum()).backward()
+    torch.testing.assert_close(logp.detach(), ref_lp.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy.detach(), ref_ent.detach(), atol=1e-5, rtol=1e-5)
+    assert (entropy[out.response_mask == 0] == 0).all()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, atol=1e-5, rtol=1e-4, msg=name)
+    model.zero_grad(set_to_none=True)
+
+
+# ---------------------------------------------------------------------------- chunked log-probs
+
+
+def _naive(hidden, weight, targets, temperature, bias=None):
+    logits = hidden @ weight.T
+    if bias is not None:
+        logits = logits + bias
+    logp = torch.log_softmax(logits.float() / temperature, -1)
+    return logp.gather(-1, targets[:, None]).squeeze(-1), -(logp.exp() * logp).sum(-1)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 7, 13, 64, 1024])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_chunked_equals_naive_values_and_grads(chunk_size: int, with_bias: bool) -> None:
+    g = torch.Generator().manual_seed(0)
+    t, h, v = 29, 16, 50
+    hidden = torch.randn(t, h, generator=g, dtype=torch.float64).requires_grad_()
+    weight = torch.randn(v, h, generator=g, dtype=torch.float64).requires_grad_()
+    bias = torch.randn(v, generator=g, dtype=torch.float64).requires_grad_() if with_bias else None
+    targets = torch.randint(0, v, (t,), generator=g)
+    w_lp, w_ent = torch.randn(t, generator=g), torch.randn(t, generator=g)
+
+    lp, ent = token_logprobs_and_entropy(
+        hidden, weight, targets, temperature=0.7, chunk_size=chunk_size, with_entropy=True, bias=bias
+    )
+    assert lp.dtype == ent.dtype == torch.float32 and lp.shape == ent.shape == (t,)
+    leaves = [x for x in (hidden, weight, bias) if x is not None]
+    got = torch.autograd.grad((lp * w_lp).sum() + (ent * w_ent).sum(), leaves)
+
+    ref_lp, ref_ent = _naive(hidden, weight, targets, 0.7, bias)
+    want = torch.autograd.grad((ref_lp * w_lp).sum() + (ref_ent * w_ent).sum(), leaves)
+    torch.testing.assert_close(lp, ref_lp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent, ref_ent, atol=1e-5, rtol=1e-5)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_chunked_without_entropy_and_without_grad() -> None:
+    g = torch.Generator().manual_seed(1)
+    hidden, weight = torch.randn(10, 8, generator=g), torch.randn(30, 8, generator=g)
+    targets = torch.randint(0, 30, (10,), generator=g)
+    with torch.no_grad():
+        lp, ent = token_logprobs_and_entropy(hidden, weight, targets, chunk_size=3, with_entropy=False)
+    assert ent is None and not lp.requires_grad
+    torch.testing.assert_close(lp, _naive(hidden, weight, targets, 1.0)[0])
+    hidden.requires_grad_()
+    lp, _ = token_logprobs_and_entropy(hidden, weight, targets, chunk_size=3, with_entropy=False)
+    (grad,) = torch.autograd.grad(lp.sum(), hidden)
+    (want,) = torch.autograd.grad(_naive(hidden, weight, targets, 1.0)[0].sum(), hidden)
+    torch.testing.assert_close(grad, want)
+
+
+def test_chunked_does_not_save_full_logits() -> None:
+    """With grad, autograd keeps only the chunk inputs alive, never a [chunk, V] logits tensor."""
+    t, h, v = 64, 4, 1000
+    hidden = torch.randn(t, h, requires_grad=True)
+    weight = torch.randn(v, h, requires_grad=True)
+    targets = torch.randint(0, v, (t,))
+    saved: list[tuple[int, ...]] = []
+
+    def pack(x: torch.Tensor) -> torch.Tensor:
+        saved.append(tuple(x.shape))
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        lp, ent = token_logprobs_and_entropy(hidden, weight, targets, chunk_size=8)
+    assert saved and all(shape[-1] != v for shape in saved)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        _naive(hidden, weight, targets, 1.0)
+    assert any(shape == (t, v) for shape in saved)  # the naive computation does keep [T, V] tensors
+    (lp.sum() + ent.sum()).backward()
+    assert hidden.grad is not None and weight.grad is not None
