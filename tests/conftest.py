@@ -7,3 +7,16 @@ spin-wait whenever any other process uses the CPU, which made single tests 100×
 import torch
 
 torch.set_num_threads(1)
+
+
+import pytest  # noqa: E402
+
+from grove.models.loading import load_policy  # noqa: E402
+from grove.models.tiny import create_tiny_model_dir  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny random fp32 model and its tokenizer, with peaky output distributions (initializer_range=0.2)."""
+    path = create_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", initializer_range=0.2)
+    return load_policy(path)

@@ -14,15 +14,6 @@ from grove.models.loading import EMBEDDED_MODELS, load_policy, resolve_model_pat
 from grove.models.tiny import create_tiny_model_dir
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest single-threaded; with 2 threads on a busy 2-core box OpenMP spin-waits badly."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return create_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model")

@@ -5,27 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grove.models.loading import load_policy
-from grove.models.tiny import create_tiny_model_dir
 from grove.rollout.base import RolloutEngine, SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine, filter_logits
 
 PROMPTS = ["What is 2+2?", "Hi", "Solve for x: 2x + 3 = 11. Think step by step."]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest single-threaded; with 2 threads on a busy 2-core box OpenMP spin-waits badly."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory: pytest.TempPathFactory):
-    path = create_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", initializer_range=0.2)
-    return load_policy(path)
 
 
 @pytest.fixture(scope="module")

@@ -181,3 +181,31 @@ def test_config_show_prints_derived(tmp_path):
 def test_plot_missing_run_is_an_error(tmp_path):
     result = run_cli(["plot", str(tmp_path)])
     assert result.exit_code == 2
+
+
+def test_user_reward_by_import_path_and_crashing_reward(tiny_model, tmp_path, monkeypatch):
+    """A user reward named pkg.module:function trains; one that raises stops the run with the sample named."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    out = tmp_path / "user"
+    rewards = "[{id: answer_match, extract: last_number}, {id: 'user_rewards:char_count', weight: 0.01}]"
+    args = base_overrides(tiny_model, out, **{"train.steps": 1, "rewards": rewards})
+    result = run_cli(["train", "examples/arithmetic.yaml", *args])
+    assert result.exit_code == 0, result.output
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["reward/char_count_mean"] > 0
+    from grove.rewards.loading import RewardFunctionError
+
+    bad = tmp_path / "bad"
+    rewards = "[{id: answer_match, extract: last_number}, {id: 'user_rewards:explodes_on_bad'}]"
+    args = base_overrides(tiny_model, bad, **{"train.steps": 1, "rewards": rewards})
+    monkeypatch.setattr("grove.training.collect.compute_rewards", _force_bad_completion)
+    with pytest.raises(RewardFunctionError) as e:
+        run_cli(["train", "examples/arithmetic.yaml", *args])
+    msg = str(e.value)
+    assert "explodes_on_bad" in msg and "step 1" in msg and "sample" in msg
+
+
+def _force_bad_completion(specs, prompts, completions, columns, *, step):
+    from grove.rewards.loading import compute_rewards
+
+    return compute_rewards(specs, prompts, ["BAD"] + list(completions[1:]), columns, step=step)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -160,6 +162,9 @@ def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> N
 
 
 def main() -> None:
+    # like pytest and uvicorn: user modules named in a config (``mypkg.rewards:fn``) import from here
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     app()
 
 

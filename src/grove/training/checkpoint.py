@@ -77,6 +77,9 @@ def save_checkpoint(run_dir: Path, model, tokenizer, state: TrainerState, keep_l
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the run's own progress bar is the one to read
     model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
     torch.save(state.__dict__, tmp / "trainer_state.pt")
