@@ -9,6 +9,7 @@ to the id and are validated against the parameter model the component registered
 from __future__ import annotations
 
 import difflib
+import importlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -159,6 +160,10 @@ class LoggingConfig(Section):
 
 
 class GroveConfig(Section):
+    imports: list[str] = Field(
+        default_factory=list,
+        description="Python modules imported before components are looked up (your own estimators, losses, rewards, tasks).",
+    )
     seed: int = Field(0, description="Seeds Python, NumPy, torch and the sampling generator.")
     output_dir: str = Field("runs/run", description="The run directory (metrics, samples, checkpoints, plots).")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (null: all cores).")
@@ -176,6 +181,15 @@ class GroveConfig(Section):
     @model_validator(mode="after")
     def _check(self) -> GroveConfig:
         import grove.builtin_components  # noqa: F401  (registers every built-in component)
+
+        for module in self.imports:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise ValueError(
+                    f"imports: cannot import {module!r} ({exc}); it must be importable from the working "
+                    "directory or PYTHONPATH"
+                ) from None
         from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
         from grove.tasks.base import TASKS
 
