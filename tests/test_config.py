@@ -129,3 +129,33 @@ def test_reward_names_unique_and_accuracy_reward(tmp_path):
         load_config(None, ["rewards=[{id: answer_match}, {id: answer_match}]"])
     with pytest.raises(ConfigError, match="eval.accuracy_reward"):
         load_config(None, ["eval.accuracy_reward=nope"])
+
+
+def test_preset_expands_and_user_keys_win(tmp_path):
+    cfg = load_config(None, ["algorithm.preset=dapo"])
+    a = cfg.algorithm
+    assert a.policy_loss.params == {"clip_low": 0.2, "clip_high": 0.28}
+    assert a.dynamic_sampling.enabled and a.overlong.soft_penalty and a.aggregation == "token_mean"
+    p = write(tmp_path, "algorithm:\n  preset: dapo\n  policy_loss: {clip_high: 0.3}\n  kl: {coef: 0.01}\n")
+    cfg = load_config(p, ["algorithm.dynamic_sampling.max_rounds=5"])
+    a = cfg.algorithm
+    assert a.policy_loss.id == "ppo_clip" and a.policy_loss.params == {"clip_low": 0.2, "clip_high": 0.3}
+    assert a.kl.coef == 0.01 and a.dynamic_sampling.max_rounds == 5 and a.dynamic_sampling.enabled
+
+
+def test_preset_component_with_other_id_is_taken_whole():
+    cfg = load_config(None, ["algorithm.preset=dapo", "algorithm.advantage={id: rloo}"])
+    assert cfg.algorithm.advantage.id == "rloo" and cfg.algorithm.advantage.params == {}
+
+
+def test_two_grpo_preset_sets_group_size_and_unknown_preset_errors():
+    assert load_config(None, ["algorithm.preset=two_grpo"]).train.completions_per_prompt == 2
+    with pytest.raises(ConfigError, match="unknown preset 'dappo'.*dapo"):
+        load_config(None, ["algorithm.preset=dappo"])
+
+
+def test_every_preset_validates():
+    from grove.presets import PRESETS
+
+    for name in PRESETS:
+        assert load_config(None, [f"algorithm.preset={name}"]).algorithm.preset == name

@@ -106,11 +106,26 @@ class Crash(RuntimeError):
     pass
 
 
-@pytest.mark.parametrize("prompts_per_step", [4, 3], ids=["resume-at-epoch-boundary", "resume-mid-epoch"])
-def test_resume_reproduces_uninterrupted_run(tiny_model, tmp_path, monkeypatch, prompts_per_step):
+STATEFUL = {
+    "train.prompts_per_step": 2,
+    "algorithm.kl": "{coef: 0.05, estimator: low_var_k3, adaptive: true, target: 0.01, horizon: 50}",
+    "algorithm.entropy": "{coef: 0.001, target: 5.0, step: 0.001}",
+    "algorithm.dynamic_sampling": "{enabled: true, max_rounds: 2}",
+    "algorithm.overlong": "{filter: true, soft_penalty: true}",
+    "train.old_logprobs": "recompute",
+    "train.ppo_epochs": 2,
+    "train.mini_batches": 2,
+}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"train.prompts_per_step": 4}, {"train.prompts_per_step": 3}, STATEFUL],
+    ids=["resume-at-epoch-boundary", "resume-mid-epoch", "resume-with-controllers-and-dynamic-sampling"],
+)
+def test_resume_reproduces_uninterrupted_run(tiny_model, tmp_path, monkeypatch, extra):
     from grove.training.trainer import Trainer
 
-    extra = {"train.prompts_per_step": prompts_per_step}
     full = tmp_path / "full"
     assert run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, full, **extra)]).exit_code == 0
 

@@ -11,6 +11,9 @@ Layout (the same as generation, so log-probs line up exactly):
 * ``response_ids`` ``[N, R]`` right-padded, ``response_mask`` marks generated tokens (incl. EOS);
 * ``loss_mask``    ``[N, R]`` the tokens the policy is trained on (a subset of ``response_mask``:
   environment/tool tokens or filtered samples are zero here);
+* ``old_logprobs`` ``[N, R]`` the behaviour policy's log-probs used in the importance ratio: the
+  rollout engine's, or a training-engine recomputation, in which case the engine's are kept in
+  ``rollout_logprobs`` (for the rollout-vs-training mismatch and its correction);
 * every per-token tensor is ``[N, R]`` aligned with ``response_ids``.
 """
 
@@ -22,6 +25,17 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+
+PER_TOKEN_FIELDS = (
+    "response_ids",
+    "response_mask",
+    "loss_mask",
+    "old_logprobs",
+    "ref_logprobs",
+    "rollout_logprobs",
+    "advantages",
+)
 
 
 @dataclass(frozen=True)
@@ -40,7 +54,9 @@ class RolloutBatch:
     truncated: Tensor
     anchor_index: Tensor | None = None
     ref_logprobs: Tensor | None = None
+    rollout_logprobs: Tensor | None = None
     advantages: Tensor | None = None
+    baseline_scores: Tensor | None = None
     metadata: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
     # ------------------------------------------------------------------ checks
@@ -52,6 +68,7 @@ class RolloutBatch:
             "loss_mask": self.loss_mask,
             "old_logprobs": self.old_logprobs,
             "ref_logprobs": self.ref_logprobs,
+            "rollout_logprobs": self.rollout_logprobs,
             "advantages": self.advantages,
         }
         if self.prompt_mask.shape != (n, p):
@@ -67,6 +84,7 @@ class RolloutBatch:
             "step_index": self.step_index,
             "truncated": self.truncated,
             "anchor_index": self.anchor_index,
+            "baseline_scores": self.baseline_scores,
         }
         for name, t in per_sample.items():
             if t is not None and t.shape != (n,):
@@ -127,8 +145,50 @@ class RolloutBatch:
         p0 = int(keep_p[0]) if len(keep_p) else self.prompt_ids.shape[1]
         r1 = int(keep_r[-1]) + 1 if len(keep_r) else 0
         changes: dict[str, Any] = {"prompt_ids": self.prompt_ids[:, p0:], "prompt_mask": self.prompt_mask[:, p0:]}
-        for name in ("response_ids", "response_mask", "loss_mask", "old_logprobs", "ref_logprobs", "advantages"):
+        for name in PER_TOKEN_FIELDS:
             value = getattr(self, name)
             if value is not None:
                 changes[name] = value[:, :r1]
         return dataclasses.replace(self, **changes)
+
+
+def _pad_cat(tensors: list[Tensor], *, left: bool, value: float | int | bool = 0) -> Tensor:
+    width = max(t.shape[1] for t in tensors)
+    padded = []
+    for t in tensors:
+        extra = width - t.shape[1]
+        pad = (extra, 0) if left else (0, extra)
+        padded.append(torch.nn.functional.pad(t, pad, value=value) if extra else t)
+    return torch.cat(padded, dim=0)
+
+
+def concat_batches(batches: list[RolloutBatch], *, pad_token_id: int = 0) -> RolloutBatch:
+    """Stack batches sample-wise, padding prompts on the left and responses on the right.
+
+    Index tensors are concatenated as they are: callers that merge independent rounds must give
+    them disjoint ``group_index``/``trajectory_index`` values.
+    """
+    if not batches:
+        raise ValueError("concat_batches needs at least one batch")
+    if len({b.reward_names for b in batches}) != 1:
+        raise ValueError("batches disagree on reward_names")
+    first = batches[0]
+    changes: dict[str, Any] = {
+        "prompt_ids": _pad_cat([b.prompt_ids for b in batches], left=True, value=pad_token_id),
+        "prompt_mask": _pad_cat([b.prompt_mask for b in batches], left=True),
+        "response_ids": _pad_cat([b.response_ids for b in batches], left=False, value=pad_token_id),
+        "metadata": tuple(m for b in batches for m in b.metadata),
+    }
+    for name in PER_TOKEN_FIELDS[1:]:
+        values = [getattr(b, name) for b in batches]
+        if any(v is None for v in values):
+            if not all(v is None for v in values):
+                raise ValueError(f"{name} is set in some batches and not others")
+            continue
+        changes[name] = _pad_cat(values, left=False)
+    for name in ("rewards", "group_index", "trajectory_index", "step_index", "truncated", "anchor_index", "baseline_scores"):
+        values = [getattr(b, name) for b in batches]
+        if all(v is None for v in values):
+            continue
+        changes[name] = torch.cat(values, dim=0)
+    return dataclasses.replace(first, **changes)

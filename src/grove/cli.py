@@ -138,6 +138,14 @@ def config_show(
 ) -> None:
     """Print the resolved, validated config and the batch quantities it implies."""
     cfg = _load(config, set_)
+    if cfg.algorithm.preset:
+        import yaml
+
+        from grove.presets import PRESETS
+
+        console.print(f"# preset {cfg.algorithm.preset!r} supplies (your own keys override it):", highlight=False)
+        fragment = yaml.safe_dump(PRESETS[cfg.algorithm.preset], sort_keys=False)
+        console.print("".join(f"#   {line}\n" for line in fragment.splitlines()), markup=False, highlight=False)
     console.print(dump_config(cfg), markup=False, highlight=False)
     table = Table(title="derived batch quantities")
     table.add_column("quantity")

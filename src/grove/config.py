@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from grove.presets import expand_preset
 from grove.registry import Registry
 
 
@@ -91,11 +92,43 @@ class RolloutConfig(Section):
 
 
 class KLConfig(Section):
-    estimator: str = Field("k3", description="KL estimator id (k1, k2, k3, low_var_k3).")
-    coef: float = Field(0.0, ge=0.0, description="β: weight of the KL term in the loss. 0 loads no reference model.")
+    estimator: str = Field("k3", description="KL estimator id (k1, k2, k3, low_var_k3, ...).")
+    coef: float = Field(0.0, ge=0.0, description="β (initial β when adaptive). 0 loads no reference model.")
+    placement: Literal["loss", "reward"] = Field(
+        "loss", description="'loss': β·KL aggregated into the loss; 'reward': β·Σ_t KL_t subtracted from the score."
+    )
+    adaptive: bool = Field(False, description="Adapt β towards a target KL (Ziegler et al. 2019).")
+    target: float = Field(0.1, gt=0.0, description="Target per-token KL of the adaptive controller.")
+    horizon: int = Field(10_000, ge=1, description="Horizon (in samples) of the adaptive controller.")
+
+
+class EntropyConfig(Section):
+    coef: float = Field(0.0, description="Entropy bonus coefficient (the aggregated entropy is subtracted from the loss).")
+    target: float | None = Field(
+        None, gt=0.0, description="Adaptive (Skywork-OR1): bonus only below this entropy, coefficient adjusted each step."
+    )
+    step: float = Field(0.005, gt=0.0, description="Adaptive coefficient change per step.")
+    max_coef: float = Field(0.05, ge=0.0, description="Upper bound of the adaptive coefficient.")
+
+
+class DynamicSamplingConfig(Section):
+    enabled: bool = Field(False, description="DAPO: keep sampling groups until prompts_per_step have non-zero reward variance.")
+    max_rounds: int = Field(3, ge=1, description="Generation rounds per step at most (the first included).")
+
+
+class OverlongConfig(Section):
+    filter: bool = Field(False, description="DAPO overlong filtering: truncated completions get no loss.")
+    soft_penalty: bool = Field(False, description="DAPO soft overlong punishment, added as the reward 'overlong_penalty'.")
+    cache_tokens: int | None = Field(
+        None, ge=1, description="Length of the penalty ramp before max_new_tokens (default: 20% of it, as DAPO's 4k of 20k)."
+    )
+    max_penalty: float = Field(1.0, ge=0.0, description="Penalty at (and beyond) max_new_tokens.")
 
 
 class AlgorithmConfig(Section):
+    preset: str | None = Field(
+        None, description="A named bundle of settings from a paper (grove.presets); keys you set override it."
+    )
     advantage: ComponentSpec = Field(
         default_factory=lambda: ComponentSpec(id="grpo"), description="Advantage estimator and its parameters."
     )
@@ -104,7 +137,9 @@ class AlgorithmConfig(Section):
     )
     aggregation: str = Field("token_mean", description="Loss aggregation mode.")
     kl: KLConfig = Field(default_factory=KLConfig)
-    entropy_coef: float = Field(0.0, description="Weight of the entropy bonus (subtracted from the loss).")
+    entropy: EntropyConfig = Field(default_factory=EntropyConfig)
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
 
     @field_validator("aggregation", mode="before")
     @classmethod
@@ -121,6 +156,11 @@ class TrainConfig(Section):
     ppo_epochs: int = Field(1, ge=1, description="μ: passes over each step's rollouts.")
     micro_batch_size: int = Field(16, ge=1, description="Completions per forward/backward (gradient accumulation).")
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient-norm clipping (null = off).")
+    old_logprobs: Literal["auto", "recompute"] = Field(
+        "auto",
+        description="'auto': on-policy updates use the current forward (ratio exactly 1), off-policy ones the rollout's "
+        "log-probs; 'recompute': one no-grad training forward before the update (needed by rollout_correction).",
+    )
 
     @property
     def completions_per_step(self) -> int:
@@ -221,6 +261,14 @@ class GroveConfig(Section):
                     raise ValueError(f"rewards.{i}: {exc}") from None
         if self.eval.accuracy_reward is not None and self.eval.accuracy_reward not in names:
             raise ValueError(f"eval.accuracy_reward: {self.eval.accuracy_reward!r} is not a reward name; names: {names}")
+        cache = self.algorithm.overlong.cache_tokens
+        if cache is not None and cache > self.rollout.max_new_tokens:
+            raise ValueError(
+                f"algorithm.overlong.cache_tokens ({cache}) must not exceed rollout.max_new_tokens "
+                f"({self.rollout.max_new_tokens})"
+            )
+        if self.algorithm.dynamic_sampling.enabled and self.train.completions_per_prompt < 2:
+            raise ValueError("algorithm.dynamic_sampling needs train.completions_per_prompt >= 2 (a group's variance)")
         t = self.train
         if t.completions_per_step % t.mini_batches:
             raise ValueError(
@@ -336,6 +384,10 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(loaded).__name__}")
         data = loaded or {}
     data = apply_overrides(data, overrides or [])
+    try:
+        data = expand_preset(data)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from None
     try:
         return GroveConfig.model_validate(data)
     except ValidationError as exc:

@@ -14,7 +14,7 @@ from grove.training.logging import JsonlLog  # noqa: E402
 PANELS: list[tuple[str, list[str]]] = [
     ("reward", ["reward_mean"]),
     ("training accuracy", ["accuracy"]),
-    ("KL to reference", ["kl"]),
+    ("KL to reference", ["kl", "kl_in_reward"]),
     ("entropy", ["entropy"]),
     ("completion length (tokens)", ["completion_length_mean", "completion_length_max"]),
     ("clip fraction", ["clip_low_frac", "clip_high_frac", "dual_clip_frac"]),

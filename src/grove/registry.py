@@ -33,6 +33,7 @@ class Entry(Generic[T]):
     params: type[BaseModel]
     paper: str
     summary: str
+    requires: frozenset[str] = frozenset()
 
 
 class UnknownComponentError(KeyError):
@@ -56,8 +57,14 @@ class Registry(Generic[T]):
         params: type[BaseModel] = NoParams,
         paper: str = "",
         summary: str = "",
+        requires: tuple[str, ...] = (),
     ) -> Callable[[T], T]:
-        """Decorator registering ``fn`` under ``id``. Ids are lowercase ``[a-z0-9_]`` and unique."""
+        """Decorator registering ``fn`` under ``id``. Ids are lowercase ``[a-z0-9_]`` and unique.
+
+        ``requires`` names inputs the component needs beyond a plain rollout (e.g.
+        ``"greedy_baseline"``: one greedy completion per prompt, scored, in
+        ``RolloutBatch.baseline_scores``); the pipeline provides them when the component is selected.
+        """
         if not id or id != id.lower() or not id.replace("_", "").isalnum():
             raise ValueError(f"{self.kind} id {id!r} must be lowercase letters, digits and '_'")
 
@@ -65,7 +72,7 @@ class Registry(Generic[T]):
             if id in self._entries and self._entries[id].fn is not fn:
                 raise ValueError(f"{self.kind} id {id!r} is already registered")
             doc = (fn.__doc__ or "").strip().splitlines()
-            self._entries[id] = Entry(id, fn, params, paper, summary or (doc[0] if doc else ""))
+            self._entries[id] = Entry(id, fn, params, paper, summary or (doc[0] if doc else ""), frozenset(requires))
             return fn
 
         return decorator

@@ -34,6 +34,7 @@ class TrainerState:
     sampler: dict[str, int]
     generator: torch.Tensor
     rng: dict[str, Any]
+    controllers: dict[str, dict[str, Any]]
 
 
 def capture_rng() -> dict[str, Any]:

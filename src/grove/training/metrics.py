@@ -5,15 +5,13 @@ from __future__ import annotations
 import torch
 
 from grove.batch import RolloutBatch
+from grove.core.shaping import group_reward_spread
 
 
 def zero_std_group_fraction(scores: torch.Tensor, group_index: torch.Tensor) -> float:
     """Fraction of groups whose members all got the same score (they carry no GRPO signal)."""
-    _, inverse = torch.unique(group_index, return_inverse=True)
-    groups = int(inverse.max()) + 1
-    lo = torch.full((groups,), float("inf")).scatter_reduce(0, inverse, scores, "amin")
-    hi = torch.full((groups,), float("-inf")).scatter_reduce(0, inverse, scores, "amax")
-    return float((hi == lo).float().mean())
+    spread, _ = group_reward_spread(scores, group_index)
+    return float((spread == 0).float().mean())
 
 
 def step_metrics(exp, batch: RolloutBatch, *, accuracy_reward: str) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""The rich progress bar: step, ETA, reward, accuracy and tokens/s."""
+"""The rich progress bar (step, ETA, reward, accuracy, tokens/s), or one line per step outside a terminal."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from rich.progress import (
 
 class TrainProgress:
     def __init__(self, total: int, completed: int, enabled: bool) -> None:
-        self.enabled = enabled
         self.console = Console(stderr=True)
+        # a live bar needs a terminal; in a log file (nohup, CI) print one line per step instead
+        self.enabled = enabled and self.console.is_terminal
         self._progress = Progress(
             TextColumn("[bold]train"),
             BarColumn(),
@@ -26,7 +27,7 @@ class TrainProgress:
             TimeRemainingColumn(),
             TextColumn("{task.fields[stats]}"),
             console=self.console,
-            disable=not enabled,
+            disable=not self.enabled,
         )
         self._task = self._progress.add_task("train", total=total, completed=completed, stats="")
 

@@ -29,7 +29,8 @@ from grove.rollout.base import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 from grove.tasks.base import build_task
 from grove.training import checkpoint as ckpt
-from grove.training.collect import collect_experience
+from grove.training.collect import ExperienceSettings, KLInReward, collect_experience
+from grove.training.controllers import EntropyController, KLController
 from grove.training.forward import policy_forward
 from grove.training.logging import RunLogger
 from grove.training.metrics import step_metrics
@@ -51,9 +52,7 @@ def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
         policy_loss=POLICY_LOSSES.get(a.policy_loss.id),
         policy_params=a.policy_loss.validated(POLICY_LOSSES),
         aggregate=LOSS_AGGREGATIONS.get(a.aggregation),
-        kl_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.coef > 0 else None,
-        kl_coef=a.kl.coef,
-        entropy_coef=a.entropy_coef,
+        kl_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.coef > 0 and a.kl.placement == "loss" else None,
         temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
         max_response_length=cfg.rollout.max_new_tokens,
     )
@@ -98,11 +97,33 @@ class Trainer:
             max_new_tokens=cfg.rollout.max_new_tokens,
             stop=tuple(cfg.rollout.stop),
         )
-        self.advantage_fn = ADVANTAGE_ESTIMATORS.get(cfg.algorithm.advantage.id)
-        self.advantage_params = cfg.algorithm.advantage.validated(ADVANTAGE_ESTIMATORS)
+        a = cfg.algorithm
+        overlong = a.overlong
+        self.experience = ExperienceSettings(
+            groups=cfg.train.prompts_per_step,
+            completions_per_group=cfg.train.completions_per_prompt,
+            sampling=self.sampling,
+            rewards=self.rewards,
+            advantage_fn=ADVANTAGE_ESTIMATORS.get(a.advantage.id),
+            advantage_params=a.advantage.validated(ADVANTAGE_ESTIMATORS),
+            max_rounds=a.dynamic_sampling.max_rounds if a.dynamic_sampling.enabled else 1,
+            overlong_filter=overlong.filter,
+            overlong_cache_tokens=(
+                (overlong.cache_tokens or max(1, cfg.rollout.max_new_tokens // 5)) if overlong.soft_penalty else None
+            ),
+            overlong_max_penalty=overlong.max_penalty,
+            greedy_baseline="greedy_baseline" in ADVANTAGE_ESTIMATORS.entry(a.advantage.id).requires,
+            pad_token_id=self.engine.pad_token_id,
+        )
+        self.kl_controller = KLController(a.kl.coef, a.kl.adaptive, a.kl.target, a.kl.horizon)
+        self.entropy_controller = EntropyController(
+            a.entropy.coef, a.entropy.target, a.entropy.step, a.entropy.max_coef
+        )
         self.loss_parts = resolve_loss_components(cfg)
         t = cfg.train
-        self.schedule = UpdateSchedule(t.ppo_epochs, t.mini_batches, t.micro_batch_size, t.max_grad_norm)
+        self.schedule = UpdateSchedule(
+            t.ppo_epochs, t.mini_batches, t.micro_batch_size, t.max_grad_norm, t.old_logprobs == "recompute"
+        )
         total_optimizer_steps = t.steps * t.ppo_epochs * t.mini_batches
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, total_optimizer_steps)
         self.sampler = PromptSampler(len(self.task.train), cfg.seed)
@@ -141,6 +162,8 @@ class Trainer:
         self.sampler.load_state_dict(state.sampler)
         self.generator.set_state(state.generator)
         ckpt.restore_rng(state.rng)
+        self.kl_controller.load_state_dict(state.controllers["kl"])
+        self.entropy_controller.load_state_dict(state.controllers["entropy"])
         self.step = state.step
 
     def _save(self) -> None:
@@ -151,6 +174,7 @@ class Trainer:
             sampler=self.sampler.state_dict(),
             generator=self.generator.get_state(),
             rng=ckpt.capture_rng(),
+            controllers={"kl": self.kl_controller.state_dict(), "entropy": self.entropy_controller.state_dict()},
         )
         ckpt.save_checkpoint(self.run_dir, self.model, self.tokenizer, state, self.cfg.checkpoint.keep_last)
 
@@ -177,54 +201,70 @@ class Trainer:
         return result
 
     # ------------------------------------------------------------------ one step
-    def train_step(self) -> dict[str, float]:
+    def draw_prompts(self, count: int):
+        """The next ``count`` training examples and their prompt token ids."""
         cfg = self.cfg
-        t0 = time.perf_counter()
-        indices = self.sampler.next(cfg.train.prompts_per_step)
-        examples = [self.task.train[i] for i in indices]
+        examples = [self.task.train[i] for i in self.sampler.next(count)]
         prompt_ids = encode_prompts(
             self.tokenizer,
             [e.prompt for e in examples],
             system_prompt=cfg.rollout.system_prompt,
             use_chat_template=cfg.rollout.use_chat_template,
         )
+        return examples, prompt_ids
+
+    def _logprobs(self, model, batch) -> torch.Tensor:
+        with torch.inference_mode():
+            logprobs, _ = policy_forward(
+                model,
+                batch.prompt_ids,
+                batch.prompt_mask,
+                batch.response_ids,
+                batch.response_mask,
+                temperature=self.loss_parts.temperature,
+            )
+        return logprobs.float().clone()  # a normal tensor, usable later in autograd
+
+    def train_step(self) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
         self.model.eval()
+        kl = cfg.algorithm.kl
         exp = collect_experience(
             self.engine,
-            examples,
-            prompt_ids,
-            n=cfg.train.completions_per_prompt,
-            sampling=self.sampling,
-            generator=self.generator,
-            rewards=self.rewards,
-            advantage_fn=self.advantage_fn,
-            advantage_params=self.advantage_params,
+            self.draw_prompts,
+            self.experience,
+            self.generator,
             step=self.step,
+            reference=(lambda b: self._logprobs(self.ref_model, b)) if self.ref_model is not None else None,
+            kl_in_reward=(
+                KLInReward(KL_ESTIMATORS.get(kl.estimator), self.kl_controller.coef) if kl.placement == "reward" else None
+            ),
         )
         batch = exp.batch
-        t_ref = time.perf_counter()
-        if self.ref_model is not None:
-            with torch.inference_mode():
-                ref, _ = policy_forward(
-                    self.ref_model,
-                    batch.prompt_ids,
-                    batch.prompt_mask,
-                    batch.response_ids,
-                    batch.response_mask,
-                    temperature=self.loss_parts.temperature,
-                )
-            batch = batch.replace(ref_logprobs=ref.float())
         t_train = time.perf_counter()
+        if self.schedule.recompute_old_logprobs:
+            batch = batch.replace(old_logprobs=self._logprobs(self.model, batch), rollout_logprobs=batch.old_logprobs)
+        coefs = Coefficients(
+            kl=self.kl_controller.coef if kl.placement == "loss" else 0.0,
+            entropy=self.entropy_controller.active_coef(),
+        )
         update = policy_update(
-            self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator
+            self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator, coefs
         )
         t_end = time.perf_counter()
+        observed_kl = update.get("kl", exp.stats.get("kl_in_reward"))
+        if observed_kl is not None:
+            self.kl_controller.update(observed_kl, batch.num_samples)
+        self.entropy_controller.update(update["entropy"])
         metrics = step_metrics(exp, batch, accuracy_reward=self.cfg.accuracy_reward_name)
         metrics.update(update)
+        metrics.update(exp.stats)
         metrics.update(
             {
-                "rollout_seconds": t_ref - t0,
-                "reference_seconds": t_train - t_ref,
+                "kl_coef": self.kl_controller.coef,
+                "entropy_coef": coefs.entropy,
+                "rollout_seconds": t_train - t0,
                 "train_seconds": t_end - t_train,
                 "step_seconds": t_end - t0,
                 "generated_tokens_per_second": exp.generated_tokens / max(exp.generation_seconds, 1e-9),

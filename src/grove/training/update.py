@@ -4,10 +4,12 @@ The loss of a micro-batch is aggregated with the *mini-batch's* global scale (to
 counts), so summing micro-batch losses, which is what gradient accumulation does, gives exactly
 the full mini-batch loss whatever the micro-batch size (``grove.core.aggregation``).
 
-Old log-probs: when the update is on-policy (one epoch, one mini-batch) the current forward's
-detached log-probs are used as ``old_logprobs``, so the ratio is exactly 1 and no extra forward is
-spent; otherwise the rollout engine's log-probs are used (they equal the training forward's to
-within the mismatch logged as ``logprob_mismatch_max``).
+Old log-probs (``train.old_logprobs``): with ``auto``, an on-policy update (one epoch, one
+mini-batch) uses the current forward's detached log-probs as ``old_logprobs``, so the ratio is
+exactly 1 and no extra forward is spent, and an off-policy update uses the rollout engine's
+log-probs (they equal the training forward's to within the mismatch logged as
+``logprob_mismatch_max``); with ``recompute`` the trainer has replaced ``batch.old_logprobs`` by a
+no-grad training forward before the update, and those are used as they are.
 """
 
 from __future__ import annotations
@@ -32,9 +34,7 @@ class LossComponents:
     policy_loss: Callable
     policy_params: BaseModel
     aggregate: Callable[[Tensor, Tensor, AggregationScale], Tensor]
-    kl_estimator: Callable[[Tensor, Tensor], Tensor] | None
-    kl_coef: float
-    entropy_coef: float
+    kl_estimator: Callable[[Tensor, Tensor], Tensor] | None  # set when the KL term is in the loss
     temperature: float
     max_response_length: int
     chunk_size: int = 1024
@@ -46,10 +46,23 @@ class UpdateSchedule:
     mini_batches: int
     micro_batch_size: int
     max_grad_norm: float | None
+    recompute_old_logprobs: bool = False
 
     @property
     def on_policy(self) -> bool:
         return self.ppo_epochs == 1 and self.mini_batches == 1
+
+    @property
+    def old_from_current_forward(self) -> bool:
+        return self.on_policy and not self.recompute_old_logprobs
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """The step's loss coefficients (controllers may change them between steps)."""
+
+    kl: float = 0.0
+    entropy: float = 0.0
 
 
 class TokenStats:
@@ -73,8 +86,9 @@ def micro_batch_loss(
     mb: RolloutBatch,
     parts: LossComponents,
     scale: AggregationScale,
+    coefs: Coefficients,
     *,
-    on_policy: bool,
+    old_from_current: bool,
 ) -> tuple[Tensor, dict[str, Tensor], Tensor]:
     """Loss of one micro-batch (already divided by the global scale) and its per-token statistics."""
     logprobs, entropy = policy_forward(
@@ -88,7 +102,7 @@ def micro_batch_loss(
         chunk_size=parts.chunk_size,
     )
     mask = mb.loss_mask.to(logprobs.dtype)
-    old = logprobs.detach() if on_policy else mb.old_logprobs
+    old = logprobs.detach() if old_from_current else mb.old_logprobs
     out = parts.policy_loss(logprobs, old, mb.advantages, mask, parts.policy_params)
     loss = parts.aggregate(out.token_loss, mask, scale)
     stats = {name: v for name, v in out.token_stats.items()}
@@ -96,11 +110,12 @@ def micro_batch_loss(
     stats["logprob"] = logprobs.detach()
     if parts.kl_estimator is not None and mb.ref_logprobs is not None:
         kl = parts.kl_estimator(logprobs, mb.ref_logprobs)
-        loss = loss + parts.kl_coef * parts.aggregate(kl, mask, scale)
+        loss = loss + coefs.kl * parts.aggregate(kl, mask, scale)
         stats["kl"] = kl.detach()
-    if parts.entropy_coef:
-        loss = loss - parts.entropy_coef * parts.aggregate(entropy, mask, scale)
-    mismatch = (logprobs.detach() - mb.old_logprobs).abs() * mask
+    if coefs.entropy:
+        loss = loss - coefs.entropy * parts.aggregate(entropy, mask, scale)
+    rollout = mb.rollout_logprobs if mb.rollout_logprobs is not None else mb.old_logprobs
+    mismatch = (logprobs.detach() - rollout).abs() * mask
     return loss, stats, mismatch
 
 
@@ -116,6 +131,7 @@ def policy_update(
     parts: LossComponents,
     schedule: UpdateSchedule,
     generator: torch.Generator,
+    coefs: Coefficients = Coefficients(),
 ) -> dict[str, float]:
     """Run μ epochs of mini-batch updates on one step's rollouts; return averaged metrics."""
     model.train()
@@ -140,7 +156,9 @@ def policy_update(
             first_pass = epoch == 0 and mini_index == 0
             for micro_idx in _chunks(by_length, schedule.micro_batch_size):
                 mb = mini.select(micro_idx).trimmed()
-                loss, stats, mismatch = micro_batch_loss(model, mb, parts, scale, on_policy=schedule.on_policy)
+                loss, stats, mismatch = micro_batch_loss(
+                    model, mb, parts, scale, coefs, old_from_current=schedule.old_from_current_forward
+                )
                 loss.backward()
                 total += float(loss.detach())
                 token_stats.add(stats, mb.loss_mask.float())
