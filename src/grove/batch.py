@@ -26,7 +26,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-
 PER_TOKEN_FIELDS = (
     "response_ids",
     "response_mask",

@@ -37,7 +37,7 @@ from grove.training.metrics import step_metrics
 from grove.training.optim import build_optimizer
 from grove.training.progress import TrainProgress
 from grove.training.sampler import PromptSampler
-from grove.training.update import LossComponents, UpdateSchedule, policy_update
+from grove.training.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 
 
 def seed_everything(seed: int) -> None:
