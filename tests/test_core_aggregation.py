@@ -68,3 +68,17 @@ def test_registry():
     assert "Critical Perspective" in LOSS_AGGREGATIONS.entry("seq_mean_token_sum_norm").paper
     with pytest.raises(UnknownComponentError):
         LOSS_AGGREGATIONS.get("token_median")
+
+
+def test_micro_token_mean_reproduces_trl_bnpo():
+    """TRL bnpo: mean over each micro-batch's tokens, averaged over equal-size micro-batches."""
+    from grove.core.aggregation import AggregationScale, micro_token_mean, token_mean
+
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0], [5.0, 6.0, 0.0], [7.0, 0.0, 0.0]])
+    m = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 0, 0]])
+    scale = AggregationScale.from_mask(m, 3)
+    # micro-batch A = rows 0,1: (1+2+3+4)/4 = 2.5; B = rows 2,3: (5+6+7)/3 = 6; TRL: (2.5 + 6) / 2 = 4.25
+    total = micro_token_mean(x[:2], m[:2], scale) + micro_token_mean(x[2:], m[2:], scale)
+    torch.testing.assert_close(total, torch.tensor(4.25))
+    # one micro-batch: equals token_mean = 28 / 7
+    torch.testing.assert_close(micro_token_mean(x, m, scale), token_mean(x, m, scale))

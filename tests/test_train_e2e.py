@@ -224,3 +224,13 @@ def _force_bad_completion(specs, prompts, completions, columns, *, step):
     from grove.rewards.loading import compute_rewards
 
     return compute_rewards(specs, prompts, ["BAD"] + list(completions[1:]), columns, step=step)
+
+
+def test_time_budget_stops_after_the_step_that_exhausts_it(tiny_model, tmp_path):
+    out = tmp_path / "budget"
+    args = base_overrides(tiny_model, out, **{"train.time_budget_seconds": 0.001, "checkpoint.every": 10})
+    result = run_cli(["train", "examples/arithmetic.yaml", *args])
+    assert result.exit_code == 0, result.output
+    assert [r["step"] for r in metric_rows(out)] == [1]
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-000001"]
+    assert json.loads((out / "summary.json").read_text())["after"]["step"] == 1

@@ -150,6 +150,9 @@ class AlgorithmConfig(Section):
 
 class TrainConfig(Section):
     steps: int = Field(40, ge=1, description="Number of rollout steps (each: generate, score, update).")
+    time_budget_seconds: float | None = Field(
+        None, gt=0, description="Stop after the step that exhausts this wall-clock budget of the training loop."
+    )
     prompts_per_step: int = Field(8, ge=1, description="Prompts sampled per step (number of groups).")
     completions_per_prompt: int = Field(8, ge=1, description="G: completions per prompt (group size).")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch over one step's rollouts.")

@@ -95,3 +95,21 @@ def seq_mean_token_sum_norm(token_values: Tensor, mask: Tensor, scale: Aggregati
     The constant normaliser removes GRPO's length bias (no per-sequence ``1 / |o_i|``).
     """
     return _masked(token_values, mask).sum() / (scale.num_sequences * scale.max_response_length)
+
+
+@LOSS_AGGREGATIONS.register(
+    "micro_token_mean",
+    summary="TRL's 'bnpo': token mean within each micro-batch, micro-batches weighted by their share of sequences.",
+)
+def micro_token_mean(token_values: Tensor, mask: Tensor, scale: AggregationScale) -> Tensor:
+    """TRL ``loss_type="bnpo"``: ``(sum_{i,t} m_it x_it / sum_{i,t} m_it) · N_micro / num_sequences``.
+
+    TRL normalises each (per-device, per-accumulation-step) micro-batch by its *own* token count and
+    the Trainer averages the micro-batches. This mode reproduces that: with equal-size micro-batches
+    the weight ``N_micro / num_sequences`` is ``1 / accumulation steps``. It is the one mode whose
+    value depends on the micro-batch split (two micro-batches with different token counts weight
+    their tokens differently); with a single micro-batch it equals ``token_mean``. TRL's ``dapo``
+    loss type (normalised by the global active-token count) is ``token_mean``.
+    """
+    local_tokens = mask.to(token_values.dtype).sum().clamp_min(1.0)
+    return _masked(token_values, mask).sum() / local_tokens * mask.shape[0] / scale.num_sequences

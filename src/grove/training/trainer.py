@@ -289,17 +289,24 @@ class Trainer:
         if self.step == 0 and cfg.eval.before_training:
             before = self.evaluate()
         progress = TrainProgress(total=cfg.train.steps, completed=self.step, enabled=cfg.logging.progress)
+        budget = cfg.train.time_budget_seconds
+        loop_start = time.perf_counter()
         with progress:
             while self.step < cfg.train.steps:
                 self.step += 1
                 metrics = self.train_step()
+                metrics["elapsed_seconds"] = time.perf_counter() - loop_start
                 self.logger.log_step(self.step, metrics)
                 progress.update(self.step, metrics)
-                last = self.step == cfg.train.steps
+                out_of_time = budget is not None and metrics["elapsed_seconds"] >= budget
+                last = self.step == cfg.train.steps or out_of_time
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and not last:
                     progress.note(f"step {self.step}: held-out accuracy {self.evaluate().report}")
                 if self.step % cfg.checkpoint.every == 0 or last:
                     self._save()
+                if out_of_time:
+                    progress.note(f"time budget of {budget:.0f}s used after step {self.step}; stopping")
+                    break
         after = self.evaluate()
         self.logger.close()
         summary = TrainSummary(self.run_dir, self.step, before, after, time.perf_counter() - start)
