@@ -15,7 +15,6 @@ from collections import defaultdict
 import pytest
 import torch
 from pydantic import ValidationError
-from test_core_advantages import make_test_batch
 
 import grove.core  # noqa: F401  (registration)
 from grove.core.advantages import GRPOParams, NormConfig, normalize_scores
@@ -28,6 +27,7 @@ from grove.core.advantages_reinforce import (
     outcome_returns,
 )
 from grove.registry import ADVANTAGE_ESTIMATORS, NoParams
+from test_core_advantages import make_test_batch
 
 EPS = 1e-6
 SEEDS = [0, 1, 2, 3, 4, 5]
@@ -453,6 +453,7 @@ def test_passk_analytic_hand_values():
 def test_passk_analytic_k1_is_grpo_with_biased_std():
     for seed in SEEDS:
         batch, scores = random_case(seed, min_group=2, binary=True)
+        batch = batch.replace(response_mask=torch.ones_like(batch.response_mask))
         adv = first_token(estimator("passk_analytic")(batch, scores, PassKAnalyticParams(k=1)))
         grpo = normalize_scores(scores, batch.group_index, NormConfig(unbiased_std=False, eps=0.0))
         torch.testing.assert_close(adv, grpo)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import grove.core  # noqa: F401  (registration)
+from grove.config import load_config
 from grove.core.kl import k1, k2, k3, low_var_k3
 from grove.core.kl_variants import abs_kl, k1_st, k3_st, low_var_k3_st
 from grove.registry import KL_ESTIMATORS
@@ -63,6 +64,50 @@ def test_straight_through_has_the_named_value_and_k2_gradient(name, seed):
 
 def test_low_var_st_keeps_k2_gradient_where_the_clamp_is_active():
     logp = t([0.0, 0.0]).requires_grad_(True)
-    ref = t([25.0, -30.0])  # k3 clamped to 10 (and log ratio to 20): low_var_k3 itself has zero gradient
+    ref = t([25.0, -30.0])  # log ratio clamped to ±20, then k3 (e^20 - 21, e^-20 + 19) clamped to 10
     value = low_var_k3_st(logp, ref)
-    torch.testing.assert_close(value, t([10.0, 29.0]))  # exp(-20) + 20 - 1 ≈ 19... clamped to 10? see below
+    torch.testing.assert_close(value, t([10.0, 10.0]))
+    (clamped_grad,) = torch.autograd.grad(low_var_k3(logp, ref).sum(), logp)
+    assert (clamped_grad == 0).all()
+    (grad,) = torch.autograd.grad(value.sum(), logp)
+    torch.testing.assert_close(grad, t([-25.0, 30.0]))
+
+
+def verl_kl_penalty(logp: torch.Tensor, ref: torch.Tensor, mode: str) -> torch.Tensor:
+    """verl ``kl_penalty`` (with ``kl_penalty_forward``), element by element."""
+    base = mode.rstrip("+")
+    out = []
+    for lp, rf in zip(logp.reshape(-1), ref.reshape(-1), strict=True):
+        if base == "k1":
+            forward = lp - rf
+        elif base == "abs":
+            forward = (lp - rf).abs()
+        else:  # "k3" / "low_var_kl"
+            kl = torch.clamp(rf - lp, min=-20, max=20)
+            forward = torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
+        if mode.endswith("+"):
+            backward = 0.5 * (lp - rf) ** 2
+            forward = backward - backward.detach() + forward.detach()
+        out.append(forward)
+    return torch.stack(out).reshape(logp.shape)
+
+
+@pytest.mark.parametrize(("ours", "mode"), [(abs_kl, "abs"), (k1_st, "k1+"), (low_var_k3_st, "k3+")])
+@pytest.mark.parametrize("seed", range(3))
+def test_equals_verl_kl_penalty(ours, mode, seed):
+    logp, ref = random_pair(seed, scale=4.0)  # large enough for some clamps to be active
+    a = logp.detach().clone().requires_grad_(True)
+    b = logp.detach().clone().requires_grad_(True)
+    value, expected = ours(a, ref), verl_kl_penalty(b, ref, mode)
+    torch.testing.assert_close(value, expected)
+    weights = torch.rand(logp.shape, dtype=F64, generator=torch.Generator().manual_seed(seed))
+    (weights * value).sum().backward()
+    (weights * expected).sum().backward()
+    torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_documented_config_snippet_loads(tmp_path):
+    for name in ("abs", *ST):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(f"algorithm:\n  kl: {{estimator: {name}, coef: 0.01}}\n")
+        assert load_config(path).algorithm.kl.estimator == name

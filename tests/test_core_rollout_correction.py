@@ -52,7 +52,8 @@ def test_log_ratio_is_clamped_to_twenty_before_exp():
     rollout = t([[-30.0, 30.0, 0.0]])
     mask = t([[1, 1, 1]])
     torch.testing.assert_close(
-        truncated_is_weights(train, rollout, mask, level="token", cap=1e12), t([[math.exp(20.0), math.exp(-20.0), 1.0]])
+        truncated_is_weights(train, rollout, mask, level="token", cap=1e12),
+        t([[math.exp(20.0), math.exp(-20.0), 1.0]]),
     )
     assert truncated_is_weights(train, rollout, mask, level="token", cap=2.0)[0, 0] == 2.0
     assert masked_is_weights(train, rollout, mask, level="token", threshold=2.0)[0, 0] == 0.0

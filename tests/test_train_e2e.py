@@ -234,3 +234,31 @@ def test_time_budget_stops_after_the_step_that_exhausts_it(tiny_model, tmp_path)
     assert [r["step"] for r in metric_rows(out)] == [1]
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-000001"]
     assert json.loads((out / "summary.json").read_text())["after"]["step"] == 1
+
+
+@pytest.mark.parametrize("preset", sorted(__import__("grove.presets", fromlist=["PRESETS"]).PRESETS))
+def test_every_preset_trains_through_the_cli(tiny_model, tmp_path, preset):
+    out = tmp_path / preset
+    args = base_overrides(tiny_model, out, **{"train.steps": 1, "algorithm": f"{{preset: {preset}}}",
+                                               "eval.before_training": False, "train.completions_per_prompt": 2})
+    result = run_cli(["train", "examples/arithmetic.yaml", *args])
+    assert result.exit_code == 0, result.output
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["step"] == 1 and row["trained_tokens"] >= 0
+    cfg = (out / "config.yaml").read_text()
+    assert f"preset: {preset}" in cfg
+
+
+def test_rollout_correction_runs_and_requires_recompute(tiny_model, tmp_path):
+    bad = run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, tmp_path / "bad"),
+                   "--set", "algorithm.rollout_correction={mode: mask}"])
+    assert bad.exit_code == 2 and "train.old_logprobs: recompute" in bad.output
+    out = tmp_path / "tis"
+    args = base_overrides(tiny_model, out, **{"train.steps": 1, "train.old_logprobs": "recompute",
+                                               "algorithm.rollout_correction": "{mode: mask, level: sequence, cap: 2.0}"})
+    result = run_cli(["train", "examples/arithmetic.yaml", *args])
+    assert result.exit_code == 0, result.output
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    # fp32 rollout and training agree to ~1e-5, so ρ ≈ 1: nothing masked, weights ≈ 1
+    assert row["correction_zeroed_fraction"] == 0.0
+    assert abs(row["correction_weight_mean"] - 1.0) < 1e-3

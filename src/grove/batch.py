@@ -14,6 +14,8 @@ Layout (the same as generation, so log-probs line up exactly):
 * ``old_logprobs`` ``[N, R]`` the behaviour policy's log-probs used in the importance ratio: the
   rollout engine's, or a training-engine recomputation, in which case the engine's are kept in
   ``rollout_logprobs`` (for the rollout-vs-training mismatch and its correction);
+* ``correction_weights`` ``[N, R]`` optional detached importance weights (TIS/MIS) multiplying the
+  per-token policy loss;
 * every per-token tensor is ``[N, R]`` aligned with ``response_ids``.
 """
 
@@ -33,6 +35,7 @@ PER_TOKEN_FIELDS = (
     "old_logprobs",
     "ref_logprobs",
     "rollout_logprobs",
+    "correction_weights",
     "advantages",
 )
 
@@ -54,6 +57,7 @@ class RolloutBatch:
     anchor_index: Tensor | None = None
     ref_logprobs: Tensor | None = None
     rollout_logprobs: Tensor | None = None
+    correction_weights: Tensor | None = None
     advantages: Tensor | None = None
     baseline_scores: Tensor | None = None
     metadata: tuple[dict[str, Any], ...] = field(default_factory=tuple)
@@ -68,6 +72,7 @@ class RolloutBatch:
             "old_logprobs": self.old_logprobs,
             "ref_logprobs": self.ref_logprobs,
             "rollout_logprobs": self.rollout_logprobs,
+            "correction_weights": self.correction_weights,
             "advantages": self.advantages,
         }
         if self.prompt_mask.shape != (n, p):

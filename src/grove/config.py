@@ -125,6 +125,17 @@ class OverlongConfig(Section):
     max_penalty: float = Field(1.0, ge=0.0, description="Penalty at (and beyond) max_new_tokens.")
 
 
+class RolloutCorrectionConfig(Section):
+    mode: Literal["none", "truncate", "mask"] = Field(
+        "none",
+        description="Importance weights for the rollout-vs-training mismatch: 'truncate' (TIS, min(ρ, cap)), "
+        "'mask' (MIS, ρ if ρ <= cap else 0). Needs train.old_logprobs: recompute.",
+    )
+    level: Literal["token", "sequence"] = Field("token", description="ρ per token, or exp(Σ log ρ) per sequence.")
+    cap: float = Field(2.0, gt=0.0, description="TIS cap / MIS upper threshold.")
+    lower: float | None = Field(None, gt=0.0, description="MIS only: also drop ρ below this (IcePop band).")
+
+
 class AlgorithmConfig(Section):
     preset: str | None = Field(
         None, description="A named bundle of settings from a paper (grove.presets); keys you set override it."
@@ -140,6 +151,7 @@ class AlgorithmConfig(Section):
     entropy: EntropyConfig = Field(default_factory=EntropyConfig)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+    rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
 
     @field_validator("aggregation", mode="before")
     @classmethod
@@ -264,6 +276,13 @@ class GroveConfig(Section):
                     raise ValueError(f"rewards.{i}: {exc}") from None
         if self.eval.accuracy_reward is not None and self.eval.accuracy_reward not in names:
             raise ValueError(f"eval.accuracy_reward: {self.eval.accuracy_reward!r} is not a reward name; names: {names}")
+        correction = self.algorithm.rollout_correction
+        if correction.mode != "none" and self.train.old_logprobs != "recompute":
+            raise ValueError(
+                "algorithm.rollout_correction needs the training engine's old log-probs: set train.old_logprobs: recompute"
+            )
+        if correction.lower is not None and correction.mode != "mask":
+            raise ValueError("algorithm.rollout_correction.lower applies to mode: mask only")
         cache = self.algorithm.overlong.cache_tokens
         if cache is not None and cache > self.rollout.max_new_tokens:
             raise ValueError(

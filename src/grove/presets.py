@@ -53,6 +53,73 @@ PRESETS: dict[str, dict[str, Any]] = {
             "kl": {"estimator": "k1", "coef": 0.05, "placement": "reward"},
         }
     },
+    # GSPO (Zheng et al. 2025): sequence-level, length-normalised ratio with the paper's tiny clip
+    # range (3e-4 / 4e-4); verl forces seq_mean_token_mean for it; no KL.
+    "gspo": {
+        "algorithm": {
+            "advantage": {"id": "grpo"},
+            "policy_loss": {"id": "gspo", "clip_low": 3.0e-4, "clip_high": 4.0e-4},
+            "aggregation": "seq_mean_token_mean",
+            "kl": {"coef": 0.0},
+        }
+    },
+    # GMPO (Zhao et al. 2025): geometric mean of token ratios, clip range (0.4 in log space), no KL.
+    "gmpo": {
+        "algorithm": {
+            "advantage": {"id": "grpo"},
+            "policy_loss": {"id": "gmpo", "clip_low": 0.4, "clip_high": 0.4},
+            "aggregation": "seq_mean_token_mean",
+            "kl": {"coef": 0.0},
+        }
+    },
+    # CISPO (MiniMax-M1): clipped, stop-gradient IS weight; no lower clip, weight cap 1 + 4; token mean.
+    "cispo": {
+        "algorithm": {
+            "advantage": {"id": "grpo"},
+            "policy_loss": {"id": "cispo", "clip_high": 4.0},
+            "aggregation": "token_mean",
+            "kl": {"coef": 0.0},
+        }
+    },
+    # SAPO (Gao et al. 2025): soft gate instead of a hard clip (τ+ 1.0, τ- 1.05); sequence-mean aggregation.
+    "sapo": {
+        "algorithm": {
+            "advantage": {"id": "grpo"},
+            "policy_loss": {"id": "sapo", "tau_pos": 1.0, "tau_neg": 1.05},
+            "aggregation": "seq_mean_token_mean",
+            "kl": {"coef": 0.0},
+        }
+    },
+    # GPG (Chu et al. 2025): group-mean baseline with the valid-sample scaling, plain policy gradient
+    # (no ratio, no clip), token mean, no KL. On-policy only: one epoch, one mini-batch.
+    "gpg": {
+        "train": {"ppo_epochs": 1, "mini_batches": 1},
+        "algorithm": {
+            "advantage": {"id": "gpg"},
+            "policy_loss": {"id": "reinforce"},
+            "aggregation": "token_mean",
+            "kl": {"coef": 0.0},
+        },
+    },
+    # REINFORCE++ (Hu 2025): batch-whitened returns, PPO clip 0.2, token mean, k2-style KL in the loss
+    # (the paper's later versions; β 0.01 here as a conservative default — set kl.coef to taste).
+    "reinforce_pp": {
+        "algorithm": {
+            "advantage": {"id": "reinforce_pp"},
+            "policy_loss": {"id": "ppo_clip", "clip_low": 0.2, "clip_high": 0.2},
+            "aggregation": "token_mean",
+            "kl": {"estimator": "k2", "coef": 0.01, "placement": "loss"},
+        }
+    },
+    # ReMax (Li et al. 2023): greedy-rollout baseline (one extra greedy completion per prompt), PPO clip.
+    "remax": {
+        "algorithm": {
+            "advantage": {"id": "remax"},
+            "policy_loss": {"id": "ppo_clip", "clip_low": 0.2, "clip_high": 0.2},
+            "aggregation": "token_mean",
+            "kl": {"coef": 0.0},
+        }
+    },
     # "It Takes Two: Your GRPO Is Secretly DPO": GRPO with the minimal group of two rollouts.
     "two_grpo": {
         "train": {"completions_per_prompt": 2},

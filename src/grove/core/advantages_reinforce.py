@@ -99,7 +99,9 @@ def reinforce_pp(batch: RolloutBatch, scores: Tensor, params: ReinforcePPParams)
 
     Matches verl's ``compute_reinforce_plus_plus_outcome_advantage`` with the outcome score on the
     last response token. No group baseline: the batch whitening is the only normalisation. verl can
-    add a per-token KL penalty to the rewards before this; grove applies KL as a loss term instead.
+    fold a per-token KL penalty into the token rewards first (a KL-to-go in every return); grove has
+    no per-token rewards: KL is a loss term, or (``kl_in_reward``) the sequence KL subtracted from
+    the score, which then sits on the last token like the rest of the score.
     """
     scores = check_scores(batch, scores)
     returns = outcome_returns(scores, batch.response_mask, params.gamma)

@@ -31,6 +31,7 @@ from grove.tasks.base import build_task
 from grove.training import checkpoint as ckpt
 from grove.training.collect import ExperienceSettings, KLInReward, collect_experience
 from grove.training.controllers import EntropyController, KLController
+from grove.training.correction import apply_rollout_correction
 from grove.training.forward import policy_forward
 from grove.training.logging import RunLogger
 from grove.training.metrics import step_metrics
@@ -245,6 +246,7 @@ class Trainer:
         t_train = time.perf_counter()
         if self.schedule.recompute_old_logprobs:
             batch = batch.replace(old_logprobs=self._logprobs(self.model, batch), rollout_logprobs=batch.old_logprobs)
+        batch, correction_stats = apply_rollout_correction(batch, cfg.algorithm.rollout_correction)
         coefs = Coefficients(
             kl=self.kl_controller.coef if kl.placement == "loss" else 0.0,
             entropy=self.entropy_controller.active_coef(),
@@ -260,6 +262,7 @@ class Trainer:
         metrics = step_metrics(exp, batch, accuracy_reward=self.cfg.accuracy_reward_name)
         metrics.update(update)
         metrics.update(exp.stats)
+        metrics.update(correction_stats)
         metrics.update(
             {
                 "kl_coef": self.kl_controller.coef,

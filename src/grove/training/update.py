@@ -104,7 +104,8 @@ def micro_batch_loss(
     mask = mb.loss_mask.to(logprobs.dtype)
     old = logprobs.detach() if old_from_current else mb.old_logprobs
     out = parts.policy_loss(logprobs, old, mb.advantages, mask, parts.policy_params)
-    loss = parts.aggregate(out.token_loss, mask, scale)
+    token_loss = out.token_loss if mb.correction_weights is None else out.token_loss * mb.correction_weights
+    loss = parts.aggregate(token_loss, mask, scale)
     stats = {name: v for name, v in out.token_stats.items()}
     stats["entropy"] = entropy.detach()
     stats["logprob"] = logprobs.detach()
