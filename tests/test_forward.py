@@ -155,3 +155,33 @@ def test_chunked_does_not_save_full_logits() -> None:
     assert any(shape == (t, v) for shape in saved)  # the naive computation does keep [T, V] tensors
     (lp.sum() + ent.sum()).backward()
     assert hidden.grad is not None and weight.grad is not None
+
+
+def test_shared_prefix_forward_equals_padded_forward_values_and_gradients(policy):
+    """Each prompt encoded once and fanned out to its G responses: same log-probs, entropies and gradients."""
+    from grove.training.forward import policy_forward_shared_prefix, shares_prefixes
+
+    model, tokenizer = policy
+    model.train()
+    ids = encode_prompts(tokenizer, ["What is 2+2?", "Solve for x: 2x + 3 = 11."], system_prompt=None,
+                         use_chat_template=True)
+    engine = TransformersEngine(model, tokenizer)
+    out = engine.generate(ids, 3, SamplingParams(temperature=1.0, max_new_tokens=7), torch.Generator().manual_seed(3))
+    args = (out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask)
+    assert shares_prefixes(out.prompt_ids, out.prompt_mask, out.prompt_index)
+    assert not shares_prefixes(out.prompt_ids, out.prompt_mask, torch.zeros_like(out.prompt_index))
+
+    def run(fn, *extra):
+        model.zero_grad()
+        logp, ent = fn(model, *args, *extra, temperature=0.8, with_entropy=True)
+        weights = torch.randn(logp.shape, generator=torch.Generator().manual_seed(0))
+        ((logp * weights).sum() + ent.sum()).backward()
+        return logp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    lp_a, ent_a, grad_a = run(policy_forward)
+    lp_b, ent_b, grad_b = run(policy_forward_shared_prefix, out.prompt_index)
+    torch.testing.assert_close(lp_b, lp_a, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent_b, ent_a, atol=1e-5, rtol=1e-5)
+    for name in grad_a:
+        torch.testing.assert_close(grad_b[name], grad_a[name], atol=1e-5, rtol=1e-4, msg=name)
+    model.eval()

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from grove.core.logprobs import token_logprobs_and_entropy
 
-__all__ = ["policy_forward"]
+__all__ = ["policy_forward", "policy_forward_shared_prefix", "shares_prefixes"]
 
 
 def _backbone(model: nn.Module) -> nn.Module:
@@ -59,6 +59,20 @@ def policy_forward(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
     ).last_hidden_state
     hidden = hidden[:, p - 1 : p + r - 1]  # the state at position t predicts token t + 1
+    return _response_logprobs(model, hidden, response_ids, response_mask, temperature, with_entropy, chunk_size)
+
+
+def _response_logprobs(
+    model: nn.Module,
+    hidden: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float,
+    with_entropy: bool,
+    chunk_size: int,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs/entropies of the real response tokens from the states that predict them ``[N, R, H]``."""
+    n, r = response_ids.shape
     keep = response_mask.bool()
     head = model.get_output_embeddings()
     logp, entropy = token_logprobs_and_entropy(
@@ -74,3 +88,64 @@ def policy_forward(
     logp_full = zeros.masked_scatter(keep, logp)
     entropy_full = zeros.masked_scatter(keep, entropy) if entropy is not None else None
     return logp_full, entropy_full
+
+
+def shares_prefixes(prompt_ids: Tensor, prompt_mask: Tensor, prefix_index: Tensor) -> bool:
+    """Whether all rows with the same ``prefix_index`` really have the same (padded) prompt."""
+    _, inverse = torch.unique(prefix_index, return_inverse=True)
+    first = _first_rows(inverse)
+    return bool((prompt_ids == prompt_ids[first][inverse]).all() and (prompt_mask == prompt_mask[first][inverse]).all())
+
+
+def _first_rows(inverse: Tensor) -> Tensor:
+    rows = torch.arange(len(inverse), device=inverse.device)
+    count = int(inverse.max()) + 1
+    return torch.full((count,), len(inverse), device=inverse.device).scatter_reduce(0, inverse, rows, "amin")
+
+
+def policy_forward_shared_prefix(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    prefix_index: Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_size: int = 1024,
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`policy_forward` computing each shared prompt once (the Prefix Grouper idea).
+
+    Rows with equal ``prefix_index`` must have identical prompts (:func:`shares_prefixes`). The
+    unique prompts go through the model once; their key/value cache is fanned out to every row
+    (an indexing op, so gradients from all G responses flow back into the one prefix pass and sum
+    there, exactly as in the padded forward), and the responses attend to it. Positions are the
+    padded forward's, so values and gradients equal :func:`policy_forward`'s up to float rounding.
+    With prompts ~4× longer than the answers and G = 8 this cuts the forward/backward FLOPs ~3×.
+    (Prefix Grouper: "Efficient GRPO Training through Shared-Prefix Forward".)
+    """
+    from transformers import DynamicCache
+
+    _, inverse = torch.unique(prefix_index, return_inverse=True)
+    first = _first_rows(inverse)
+    prompts, mask = prompt_ids[first], prompt_mask[first].long()
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    backbone = _backbone(model)
+    cache = DynamicCache(config=model.config)
+    prefix = backbone(
+        input_ids=prompts, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+    ).last_hidden_state
+    cache.batch_select_indices(inverse)  # fan the prompt's keys/values out to its responses
+    attention_mask = torch.cat([mask[inverse], response_mask.long()], dim=1)
+    response_positions = positions[inverse, -1:] + response_mask.long().cumsum(-1)
+    out = backbone(
+        input_ids=response_ids,
+        attention_mask=attention_mask,
+        position_ids=response_positions,
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
+    # the prompt's last state predicts response token 0; response state t predicts token t + 1
+    hidden = torch.cat([prefix[inverse, -1:], out[:, :-1]], dim=1)
+    return _response_logprobs(model, hidden, response_ids, response_mask, temperature, with_entropy, chunk_size)
