@@ -171,6 +171,16 @@ class TrainConfig(Section):
     ppo_epochs: int = Field(1, ge=1, description="μ: passes over each step's rollouts.")
     micro_batch_size: int = Field(16, ge=1, description="Completions per forward/backward (gradient accumulation).")
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient-norm clipping (null = off).")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="'bf16': generation and forward/backward under bfloat16 autocast; master weights, optimizer "
+        "state, log-softmax and the loss stay float32.",
+    )
+    shared_prefix: bool = Field(
+        True,
+        description="Training forward encodes each group's prompt once and shares its KV cache with the "
+        "group's completions (same values and gradients, far fewer FLOPs when prompts are long).",
+    )
     old_logprobs: Literal["auto", "recompute"] = Field(
         "auto",
         description="'auto': on-policy updates use the current forward (ratio exactly 1), off-policy ones the rollout's "

@@ -36,6 +36,7 @@ from grove.training.forward import policy_forward
 from grove.training.logging import RunLogger
 from grove.training.metrics import step_metrics
 from grove.training.optim import build_optimizer
+from grove.training.precision import autocast
 from grove.training.progress import TrainProgress
 from grove.training.sampler import PromptSampler
 from grove.training.update import Coefficients, LossComponents, UpdateSchedule, policy_update
@@ -56,6 +57,8 @@ def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
         kl_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.coef > 0 and a.kl.placement == "loss" else None,
         temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
         max_response_length=cfg.rollout.max_new_tokens,
+        shared_prefix=cfg.train.shared_prefix,
+        precision=cfg.train.precision,
     )
 
 
@@ -184,17 +187,18 @@ class Trainer:
         cfg = self.cfg
         examples = list(self.task.eval)[: cfg.eval.max_examples]
         self.model.eval()
-        result = evaluate(
-            self.engine,
-            self.tokenizer,
-            examples,
-            self.accuracy_reward,
-            max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
-            stop=tuple(cfg.rollout.stop),
-            system_prompt=cfg.rollout.system_prompt,
-            use_chat_template=cfg.rollout.use_chat_template,
-            batch_size=cfg.eval.batch_size,
-        )
+        with autocast(cfg.train.precision):
+            result = evaluate(
+                self.engine,
+                self.tokenizer,
+                examples,
+                self.accuracy_reward,
+                max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+                stop=tuple(cfg.rollout.stop),
+                system_prompt=cfg.rollout.system_prompt,
+                use_chat_template=cfg.rollout.use_chat_template,
+                batch_size=cfg.eval.batch_size,
+            )
         self.logger.log_eval(self.step, result.record())
         with (self.run_dir / f"eval_samples_step{self.step:06d}.jsonl").open("w") as f:
             for s in result.samples:
@@ -226,12 +230,9 @@ class Trainer:
             )
         return logprobs.float().clone()  # a normal tensor, usable later in autograd
 
-    def train_step(self) -> dict[str, float]:
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        self.model.eval()
-        kl = cfg.algorithm.kl
-        exp = collect_experience(
+    def _collect(self):
+        kl = self.cfg.algorithm.kl
+        return collect_experience(
             self.engine,
             self.draw_prompts,
             self.experience,
@@ -242,10 +243,20 @@ class Trainer:
                 KLInReward(KL_ESTIMATORS.get(kl.estimator), self.kl_controller.coef) if kl.placement == "reward" else None
             ),
         )
+
+    def train_step(self) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        self.model.eval()
+        kl = cfg.algorithm.kl
+        with autocast(cfg.train.precision):
+            exp = self._collect()
         batch = exp.batch
         t_train = time.perf_counter()
         if self.schedule.recompute_old_logprobs:
-            batch = batch.replace(old_logprobs=self._logprobs(self.model, batch), rollout_logprobs=batch.old_logprobs)
+            with autocast(cfg.train.precision):
+                old = self._logprobs(self.model, batch)
+            batch = batch.replace(old_logprobs=old, rollout_logprobs=batch.old_logprobs)
         batch, correction_stats = apply_rollout_correction(batch, cfg.algorithm.rollout_correction)
         coefs = Coefficients(
             kl=self.kl_controller.coef if kl.placement == "loss" else 0.0,

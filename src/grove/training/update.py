@@ -24,7 +24,8 @@ from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.core.aggregation import AggregationScale
-from grove.training.forward import policy_forward
+from grove.training.forward import policy_forward, policy_forward_shared_prefix, shares_prefixes
+from grove.training.precision import autocast
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class LossComponents:
     temperature: float
     max_response_length: int
     chunk_size: int = 1024
+    shared_prefix: bool = False  # encode each group's prompt once (policy_forward_shared_prefix)
+    precision: str = "fp32"  # "bf16": forward under bfloat16 autocast
 
 
 @dataclass(frozen=True)
@@ -91,16 +94,12 @@ def micro_batch_loss(
     old_from_current: bool,
 ) -> tuple[Tensor, dict[str, Tensor], Tensor]:
     """Loss of one micro-batch (already divided by the global scale) and its per-token statistics."""
-    logprobs, entropy = policy_forward(
-        model,
-        mb.prompt_ids,
-        mb.prompt_mask,
-        mb.response_ids,
-        mb.response_mask,
-        temperature=parts.temperature,
-        with_entropy=True,
-        chunk_size=parts.chunk_size,
-    )
+    args = (model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask)
+    kwargs = {"temperature": parts.temperature, "with_entropy": True, "chunk_size": parts.chunk_size}
+    if parts.shared_prefix and shares_prefixes(mb.prompt_ids, mb.prompt_mask, mb.group_index):
+        logprobs, entropy = policy_forward_shared_prefix(*args, mb.group_index, **kwargs)
+    else:
+        logprobs, entropy = policy_forward(*args, **kwargs)
     mask = mb.loss_mask.to(logprobs.dtype)
     old = logprobs.detach() if old_from_current else mb.old_logprobs
     out = parts.policy_loss(logprobs, old, mb.advantages, mask, parts.policy_params)
@@ -150,16 +149,20 @@ def policy_update(
         for mini_index, mini_idx in enumerate(_chunks(order, mini_size)):
             mini = batch.select(mini_idx)
             scale = AggregationScale.from_mask(mini.loss_mask, parts.max_response_length)
-            # length-sorted micro-batches waste less compute on padding
-            by_length = torch.argsort(mini.response_lengths + mini.prompt_mask.sum(1), descending=True)
+            # micro-batch order: groups kept together for the shared-prefix forward (within a group,
+            # longest first); otherwise length-sorted, which wastes less compute on padding
+            by_length = torch.argsort(mini.response_lengths + mini.prompt_mask.sum(1), descending=True, stable=True)
+            if parts.shared_prefix:
+                by_length = by_length[torch.argsort(mini.group_index[by_length], stable=True)]
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
             first_pass = epoch == 0 and mini_index == 0
             for micro_idx in _chunks(by_length, schedule.micro_batch_size):
                 mb = mini.select(micro_idx).trimmed()
-                loss, stats, mismatch = micro_batch_loss(
-                    model, mb, parts, scale, coefs, old_from_current=schedule.old_from_current_forward
-                )
+                with autocast(parts.precision):
+                    loss, stats, mismatch = micro_batch_loss(
+                        model, mb, parts, scale, coefs, old_from_current=schedule.old_from_current_forward
+                    )
                 loss.backward()
                 total += float(loss.detach())
                 token_stats.add(stats, mb.loss_mask.float())

@@ -1,0 +1,91 @@
+"""Time the policy update (forward + backward + AdamW) of one GRPO step, per training-forward variant.
+
+One rollout batch of the demo's shape (8 prompts × 8 completions of SmolLM2-135M-Instruct on
+two-digit addition, T = 0.5, ≤ 32 new tokens) is generated once; each variant then runs the same
+update from the same weights, alternating A/B/A/B in this one process; medians and ratios to the
+first variant are printed.
+
+    python benchmarks/update_speed.py --repeats 3 --variants padded-fp32 shared-fp32 padded-bf16 shared-bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import grove.builtin_components  # noqa: F401
+from grove.config import load_config
+from grove.models.loading import load_policy
+from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.rollout.base import SamplingParams, encode_prompts
+from grove.rollout.hf_engine import TransformersEngine
+from grove.tasks.base import build_task
+from grove.training.collect import ExperienceSettings, collect_experience
+from grove.training.optim import build_optimizer
+from grove.training.precision import autocast
+from grove.training.sampler import PromptSampler
+from grove.training.trainer import resolve_loss_components, resolve_rewards
+from grove.training.update import UpdateSchedule, policy_update
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="examples/arithmetic.yaml")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--variants", nargs="+", default=["padded-fp32", "shared-fp32", "padded-bf16", "shared-bf16"])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.config)
+    model, tokenizer = load_policy(cfg.model.name)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    task = build_task(cfg.task)
+    sampler = PromptSampler(len(task.train), cfg.seed)
+
+    def draw(count):
+        examples = [task.train[i] for i in sampler.next(count)]
+        return examples, encode_prompts(tokenizer, [e.prompt for e in examples], system_prompt=None, use_chat_template=True)
+
+    settings = ExperienceSettings(
+        groups=cfg.train.prompts_per_step,
+        completions_per_group=cfg.train.completions_per_prompt,
+        sampling=SamplingParams(temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens),
+        rewards=resolve_rewards(cfg),
+        advantage_fn=ADVANTAGE_ESTIMATORS.get("grpo"),
+        advantage_params=ADVANTAGE_ESTIMATORS.validate_params("grpo", {}),
+    )
+    engine = TransformersEngine(model, tokenizer)
+    exp = collect_experience(engine, draw, settings, torch.Generator().manual_seed(0), step=1)
+    batch = exp.batch
+    prompt_tokens = int(batch.prompt_mask.sum())
+    response_tokens = int(batch.response_mask.sum())
+    print(f"batch: {batch.num_samples} completions, {prompt_tokens} prompt + {response_tokens} response tokens")
+
+    times: dict[str, list[float]] = {v: [] for v in args.variants}
+    for _ in range(args.repeats):
+        for variant in args.variants:
+            layout, precision = variant.split("-")
+            parts = resolve_loss_components(cfg)
+            parts = type(parts)(**{**parts.__dict__, "shared_prefix": layout == "shared", "precision": precision})
+            model.load_state_dict(initial)
+            optimizer, scheduler = build_optimizer(model, cfg.optim, 10)
+            schedule = UpdateSchedule(1, 1, cfg.train.micro_batch_size, 1.0)
+            start = time.perf_counter()
+            with autocast("fp32"):
+                metrics = policy_update(model, optimizer, scheduler, batch, parts, schedule, torch.Generator())
+            times[variant].append(time.perf_counter() - start)
+            print(f"  {variant:12s} {times[variant][-1]:6.2f}s  loss {metrics['loss']:+.5f}  "
+                  f"mismatch {metrics['logprob_mismatch_max']:.1e}", flush=True)
+    base = statistics.median(times[args.variants[0]])
+    print("\n| variant | median s | range | speed-up vs " + args.variants[0] + " |")
+    print("|---|---|---|---|")
+    for variant, values in times.items():
+        med = statistics.median(values)
+        print(f"| {variant} | {med:.2f} | {min(values):.2f}–{max(values):.2f} | {base / med:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
