@@ -9,7 +9,13 @@ from pydantic import BaseModel
 import grove.builtin_components  # noqa: F401
 from grove.config import GroveConfig
 from grove.presets import PRESETS
-from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, REWARD_FUNCTIONS
+from grove.registry import (
+    ADVANTAGE_ESTIMATORS,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    POLICY_LOSSES,
+    REWARD_FUNCTIONS,
+)
 from grove.tasks.base import TASKS
 
 DOCS = Path(__file__).parent.parent / "docs"

@@ -135,8 +135,11 @@ def eval_(
 def config_show(
     config: Annotated[Path | None, typer.Argument(help="YAML config file (omit for the defaults).")] = None,
     set_: SetOption = None,
+    memory: Annotated[
+        bool, typer.Option("--memory/--no-memory", help="Estimate peak memory (reads the model's config and tokenizer).")
+    ] = True,
 ) -> None:
-    """Print the resolved, validated config and the batch quantities it implies."""
+    """Print the resolved, validated config, the batch quantities it implies, and a peak-memory estimate."""
     cfg = _load(config, set_)
     if cfg.algorithm.preset:
         import yaml
@@ -153,6 +156,60 @@ def config_show(
     for key, value in cfg.derived().items():
         table.add_row(key, str(value))
     console.print(table)
+    if memory:
+        _print_memory_plan(cfg)
+
+
+def _print_memory_plan(cfg: GroveConfig) -> None:
+    import psutil
+
+    import grove.builtin_components  # noqa: F401
+    from grove.memory import GiB, ModelDims, RunShape, estimate_peak_bytes
+    from grove.models.loading import resolve_model_path
+    from grove.rollout.base import encode_prompts
+    from grove.tasks.base import build_task
+
+    path = resolve_model_path(cfg.model.name)
+    tokenizer = _tokenizer(path)
+    examples = list(build_task(cfg.task).train)[:256]
+    prompt_tokens = max(
+        len(ids)
+        for ids in encode_prompts(
+            tokenizer, [e.prompt for e in examples], system_prompt=cfg.rollout.system_prompt,
+            use_chat_template=cfg.rollout.use_chat_template,
+        )
+    )
+    t = cfg.train
+    shape = RunShape(
+        prompt_tokens=prompt_tokens,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        prompts_per_step=t.prompts_per_step,
+        completions_per_prompt=t.completions_per_prompt,
+        micro_batch_size=min(t.micro_batch_size, t.completions_per_step // t.mini_batches),
+        shared_prefix=t.shared_prefix,
+        reference_model=cfg.algorithm.kl.coef > 0,
+        compute_bytes=2 if t.precision == "bf16" else 4,
+    )
+    parts = estimate_peak_bytes(ModelDims.from_model_dir(path), shape)
+    table = Table(title=f"estimated peak memory (longest prompt {prompt_tokens} tokens)")
+    table.add_column("component")
+    table.add_column("GiB", justify="right")
+    for name, value in parts.items():
+        table.add_row(name, f"{value / GiB:.2f}")
+    console.print(table)
+    available = psutil.virtual_memory().available
+    if parts["total"] + GiB > available:
+        err.print(
+            f"[yellow]warning:[/yellow] the run needs about {parts['total'] / GiB + 1:.1f} GiB (estimate + 1 GiB "
+            f"runtime) but {available / GiB:.1f} GiB are available; lower train.micro_batch_size, use "
+            "train.precision: bf16, or shorten rollout.max_new_tokens"
+        )
+
+
+def _tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
 @app.command()

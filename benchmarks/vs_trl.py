@@ -1,0 +1,195 @@
+"""grove vs TRL's GRPOTrainer on the same GRPO work, in separate processes, alternating A/B/A/B.
+
+The work (issue 4): SmolLM2-135M-Instruct (the embedded model, fp32), 8 prompts × 8 completions per
+optimizer step, prompts ≈ 45 tokens (chat template + "What is a + b? Answer with just the number."),
+at most 64 new tokens, temperature 1.0, β = 0, one optimisation epoch, one optimizer step per
+rollout, lr 1e-6, no gradient checkpointing, no vLLM, CPU. TRL is a benchmark-only extra:
+``pip install -e '.[bench]'``.
+
+    pip install -e '.[bench]'
+    python benchmarks/vs_trl.py --rounds 2 --steps 3
+
+Each worker prints one JSON line; the parent prints per-step medians (the first step of each
+process is reported separately as warm-up), phases, generated tokens/s, peak RSS and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PROMPTS_PER_STEP = 8
+GROUP = 8
+MAX_NEW = 64
+LR = 1e-6
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
+
+
+def arithmetic_examples(n: int):
+    import grove.builtin_components  # noqa: F401
+    from grove.tasks.base import build_task
+
+    task = build_task(
+        "arithmetic",
+        {"train_size": n, "eval_size": 10, "prompt_template": "What is {question}? Answer with just the number."},
+    )
+    return list(task.train)
+
+
+def worker_grove(steps: int, threads: int, precision: str = "fp32") -> dict:
+    from grove.config import load_config
+    from grove.training.trainer import Trainer
+
+    out = tempfile.mkdtemp(prefix="vs_trl_grove_")
+    overrides = [
+        f"output_dir={out}/run", f"threads={threads}", "task.prompt_template=What is {question}? Answer with just the number.",
+        f"train.prompts_per_step={PROMPTS_PER_STEP}", f"train.completions_per_prompt={GROUP}", "train.micro_batch_size=16",
+        f"train.steps={steps}", f"rollout.max_new_tokens={MAX_NEW}", "rollout.temperature=1.0", f"optim.lr={LR}",
+        "optim.warmup_steps=0", "algorithm={preset: grpo}", "algorithm.kl.coef=0.0", "algorithm.aggregation=token_mean",
+        "logging.tensorboard=false", "logging.progress=false", f"train.precision={precision}",
+    ]
+    trainer = Trainer(load_config("examples/arithmetic.yaml", overrides), __import__("pathlib").Path(out) / "run")
+    rows = []
+    for _ in range(steps):
+        trainer.step += 1
+        start = time.perf_counter()
+        m = trainer.train_step()
+        rows.append({
+            "step": time.perf_counter() - start, "generation": m["rollout_seconds"], "train": m["train_seconds"],
+            "generated_tokens": m["generated_tokens"],
+        })
+    name = "grove" if precision == "fp32" else f"grove-{precision}"
+    return {"impl": name, "steps": rows, "peak_rss_gb": peak_rss_gb()}
+
+
+def worker_trl(steps: int, threads: int) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grove.models.loading import resolve_model_path
+    from grove.rewards.loading import resolve_reward
+
+    torch.set_num_threads(threads)
+    path = str(resolve_model_path("smollm2-135m"))
+    examples = arithmetic_examples(PROMPTS_PER_STEP * steps)
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": e.prompt}], "answer": e.answer} for e in examples])
+    match = resolve_reward("answer_match", {"extract": "last_number"}).fn
+
+    def reward(prompts, completions, answer, **kwargs):
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return match([""] * len(texts), texts, answer=answer)
+
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="vs_trl_trl_"), per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,
+        num_generations=GROUP, max_completion_length=MAX_NEW, temperature=1.0, top_p=1.0, top_k=0, beta=0.0,
+        num_iterations=1, learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, bf16=False,
+        gradient_checkpointing=False, use_vllm=False, max_steps=steps, logging_steps=1, report_to=[],
+        save_strategy="no", gradient_accumulation_steps=1, use_cpu=True, shuffle_dataset=False, seed=0,
+        loss_type="dapo",
+    )
+    trainer = GRPOTrainer(model=path, reward_funcs=[reward], args=args, train_dataset=data,
+                          processing_class=AutoTokenizer.from_pretrained(path, padding_side="left"))
+    model = trainer.model
+    timing = {"generation": 0.0}
+    original_generate = model.generate
+
+    def timed_generate(*a, **kw):  # measure TRL's generation phase without changing it
+        start = time.perf_counter()
+        try:
+            return original_generate(*a, **kw)
+        finally:
+            timing["generation"] += time.perf_counter() - start
+
+    model.generate = timed_generate
+    rows: list[dict] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *a, **kw):
+            timing["start"] = time.perf_counter()
+            timing["generation"] = 0.0
+
+        def on_step_end(self, *a, **kw):
+            rows.append({"step": time.perf_counter() - timing["start"], "generation": timing["generation"]})
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs and rows:
+                rows[-1]["generated_tokens"] = logs["completions/mean_length"] * PROMPTS_PER_STEP * GROUP
+
+    trainer.add_callback(StepTimer())
+    trainer.train()
+    for r in rows:
+        r["train"] = r["step"] - r["generation"]
+    return {"impl": "trl", "steps": rows, "peak_rss_gb": peak_rss_gb()}
+
+
+def summarise(results: list[dict]) -> None:
+    by_impl: dict[str, list[dict]] = {}
+    for res in results:
+        by_impl.setdefault(res["impl"], []).append(res)
+    table = {}
+    for impl, runs in by_impl.items():
+        steady = [s for r in runs for s in r["steps"][1:]]
+        first = [r["steps"][0]["step"] for r in runs]
+        med = {k: statistics.median(s[k] for s in steady) for k in ("step", "generation", "train")}
+        tok = statistics.median(s["generated_tokens"] / s["generation"] for s in steady if s.get("generated_tokens"))
+        table[impl] = dict(
+            median=med, lo=min(s["step"] for s in steady), hi=max(s["step"] for s in steady), first=first,
+            tok_s=tok, rss=max(r["peak_rss_gb"] for r in runs), n=len(steady),
+        )
+    print("\n| | s/step median (range) | generation s | fwd+bwd+optim s | gen tokens/s | peak RSS GB | first step s |")
+    print("|---|---|---|---|---|---|---|")
+    for impl, t in table.items():
+        m = t["median"]
+        print(f"| {impl} (n={t['n']}) | {m['step']:.1f} ({t['lo']:.1f}–{t['hi']:.1f}) | {m['generation']:.1f} | "
+              f"{m['train']:.1f} | {t['tok_s']:.0f} | {t['rss']:.2f} | {', '.join(f'{x:.1f}' for x in t['first'])} |")
+    for impl in table:
+        if impl != "trl" and "trl" in table:
+            speed = table["trl"]["median"]["step"] / table[impl]["median"]["step"]
+            mem = table[impl]["rss"] / table["trl"]["rss"]
+            print(f"{impl}: {speed:.2f}× TRL's steps per second, {mem:.2f}× its peak RSS")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=2, help="A/B alternations")
+    parser.add_argument("--steps", type=int, default=3, help="optimizer steps per process (the first is warm-up)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--impls", nargs="+", default=["trl", "grove", "grove-bf16"])
+    parser.add_argument("--worker", choices=["trl", "grove", "grove-bf16"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        if args.worker == "trl":
+            result = worker_trl(args.steps, args.threads)
+        else:
+            result = worker_grove(args.steps, args.threads, "bf16" if args.worker == "grove-bf16" else "fp32")
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+    results = []
+    for r in range(args.rounds):
+        for impl in args.impls:
+            cmd = [sys.executable, __file__, "--worker", impl, "--steps", str(args.steps), "--threads", str(args.threads)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if proc.returncode or line is None:
+                sys.exit(f"{impl} worker failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            res = json.loads(line[len("RESULT "):])
+            results.append(res)
+            print(f"round {r + 1} {impl}: " + ", ".join(f"{s['step']:.1f}s" for s in res["steps"])
+                  + f"; peak RSS {res['peak_rss_gb']:.2f} GB", flush=True)
+    summarise(results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""The peak-memory planner: hand-computed breakdown, parameter count from headers, CLI output."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from grove.cli import app
+from grove.memory import ModelDims, RunShape, estimate_peak_bytes
+from grove.models.loading import load_policy
+from grove.models.tiny import create_tiny_model_dir
+
+
+def test_breakdown_by_hand():
+    m = ModelDims(num_params=1000, hidden=4, intermediate=8, layers=2, kv_dim=2, vocab=10)
+    r = RunShape(prompt_tokens=5, max_new_tokens=3, prompts_per_step=2, completions_per_prompt=4,
+                 micro_batch_size=4, shared_prefix=True, reference_model=True, logits_chunk=7)
+    parts = estimate_peak_bytes(m, r)
+    per_token_layer = 8 * 4 + 2 * 2 + 4 * 8  # 68 values
+    assert parts["policy weights (fp32)"] == 4000 and parts["AdamW moments (fp32)"] == 8000
+    assert parts["reference model"] == 4000
+    # shared prefix: one group's prompt (5) + 4 completions × 3 new tokens = 17 tokens
+    assert parts["activations (one micro-batch)"] == 17 * 2 * per_token_layer * 4
+    assert parts["generation KV cache"] == 2 * 2 * 2 * 8 * (5 + 3) * 4
+    assert parts["output-projection chunks"] == 3 * 7 * 10 * 4
+    padded = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "shared_prefix": False}))
+    assert padded["activations (one micro-batch)"] == 4 * 8 * 2 * per_token_layer * 4
+    assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
+
+
+def test_param_count_from_safetensors_headers(tmp_path):
+    path = create_tiny_model_dir(tmp_path / "m")
+    model, _ = load_policy(path)
+    dims = ModelDims.from_model_dir(path)
+    assert dims.num_params == sum(p.numel() for p in model.parameters())
+    assert dims.layers == model.config.num_hidden_layers
+
+
+def test_config_show_prints_estimate_and_warns_when_it_cannot_fit(tmp_path):
+    path = create_tiny_model_dir(tmp_path / "m")
+    runner = CliRunner()
+    ok = runner.invoke(app, ["config", "show", "examples/arithmetic.yaml", "--set", f"model.name={path}"])
+    assert ok.exit_code == 0, ok.output
+    assert "estimated peak memory" in ok.output and "AdamW moments" in ok.output and "warning" not in ok.output
+    huge = runner.invoke(app, ["config", "show", "examples/arithmetic.yaml", "--set", f"model.name={path}",
+                               "--set", "train.micro_batch_size=100000000", "--set", "train.prompts_per_step=100000000",
+                               "--set", "train.shared_prefix=false"])
+    assert huge.exit_code == 0
+    assert "warning" in huge.output and "micro_batch_size" in huge.output
