@@ -262,3 +262,27 @@ def test_rollout_correction_runs_and_requires_recompute(tiny_model, tmp_path):
     # fp32 rollout and training agree to ~1e-5, so ρ ≈ 1: nothing masked, weights ≈ 1
     assert row["correction_zeroed_fraction"] == 0.0
     assert abs(row["correction_weight_mean"] - 1.0) < 1e-3
+
+
+def test_resume_before_the_first_checkpoint_starts_over_with_clean_logs(tiny_model, tmp_path, monkeypatch):
+    from grove.training.trainer import Trainer
+
+    full = tmp_path / "full"
+    assert run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, full)]).exit_code == 0
+    crashed = tmp_path / "crashed"
+    original = Trainer.train_step
+
+    def crash_at_step_2(self):
+        if self.step == 2:  # step 1 is logged, the first checkpoint (step 2) never written
+            raise Crash("simulated kill before the first checkpoint")
+        return original(self)
+
+    monkeypatch.setattr(Trainer, "train_step", crash_at_step_2)
+    with pytest.raises(Crash):
+        run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, crashed)])
+    monkeypatch.setattr(Trainer, "train_step", original)
+    assert not (crashed / "checkpoints").exists() or not list((crashed / "checkpoints").iterdir())
+    result = run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, crashed), "--resume", str(crashed)])
+    assert result.exit_code == 0, result.output
+    assert metric_rows(crashed) == metric_rows(full)
+    assert [json.loads(x)["step"] for x in (crashed / "eval.jsonl").read_text().splitlines()] == [0, 4]

@@ -67,7 +67,7 @@ class RunLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            purge = None if resume_step is None else resume_step + 1
+            purge = None if resume_step is None else max(resume_step + 1, 0)
             self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge)
 
     def log_step(self, step: int, metrics: dict[str, float]) -> None:

@@ -70,8 +70,6 @@ def resolve_rewards(cfg: GroveConfig) -> list[RewardSpec]:
 class TrainSummary:
     run_dir: Path
     steps: int
-    before: EvalResult | None
-    after: EvalResult | None
     seconds: float
 
 
@@ -135,9 +133,10 @@ class Trainer:
         self.step = 0
         if self.resume_from is not None:
             self._restore(self.resume_from)
-        self.logger = RunLogger(
-            run_dir, tensorboard=cfg.logging.tensorboard, resume_step=self.step if self.resume_from else None
-        )
+        # resuming keeps the log records up to the checkpoint's step; a run killed before its first
+        # checkpoint starts over, so none of its records are kept (step -1)
+        resume_step = None if not resume else (self.step if self.resume_from is not None else -1)
+        self.logger = RunLogger(run_dir, tensorboard=cfg.logging.tensorboard, resume_step=resume_step)
 
     # ------------------------------------------------------------------ run directory
     def _prepare_run_dir(self, resume: bool) -> Path | None:
@@ -299,9 +298,8 @@ class Trainer:
     def run(self) -> TrainSummary:
         cfg = self.cfg
         start = time.perf_counter()
-        before = None
         if self.step == 0 and cfg.eval.before_training:
-            before = self.evaluate()
+            self.evaluate()
         progress = TrainProgress(total=cfg.train.steps, completed=self.step, enabled=cfg.logging.progress)
         budget = cfg.train.time_budget_seconds
         loop_start = time.perf_counter()
@@ -321,9 +319,9 @@ class Trainer:
                 if out_of_time:
                     progress.note(f"time budget of {budget:.0f}s used after step {self.step}; stopping")
                     break
-        after = self.evaluate()
+        self.evaluate()
         self.logger.close()
-        summary = TrainSummary(self.run_dir, self.step, before, after, time.perf_counter() - start)
+        summary = TrainSummary(self.run_dir, self.step, time.perf_counter() - start)
         self._write_summary(summary)
         return summary
 
