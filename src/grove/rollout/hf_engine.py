@@ -45,6 +45,10 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
     return logits
 
 
+_LENGTH, _EOS, _STOP = 0, 1, 2
+_REASONS = ("length", "eos", "stop")
+
+
 class TransformersEngine(RolloutEngine):
     """Rollout engine over a transformers ``PreTrainedModel`` (see the module docstring).
 
@@ -110,15 +114,15 @@ class TransformersEngine(RolloutEngine):
             tokens = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[-1] - 1)
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)
 
-    def _stop_hits(self, rows: list[int], tokens: list[list[int]], stop: tuple[str, ...]) -> list[bool]:
-        """Whether the decoded completion of each row now contains a stop string.
+    def _stop_hits(self, tokens: Tensor, stop: tuple[str, ...]) -> Tensor:
+        """``bool [rows]``: whether the decoded completion (``tokens [rows, L]``) now contains a stop string.
 
         Only a tail window is decoded: a string of ``c`` characters spans at most ``4c`` byte-level tokens, and
         it can only newly appear in tokens generated since the last check (which is every step).
         """
         window = 4 * max(len(s) for s in stop) + 4
-        texts = self.tokenizer.batch_decode([tokens[r][-window:] for r in rows], skip_special_tokens=True)
-        return [any(s in t for s in stop) for t in texts]
+        texts = self.tokenizer.batch_decode(tokens[:, -window:].tolist(), skip_special_tokens=True)
+        return torch.tensor([any(s in t for s in stop) for t in texts], dtype=torch.bool, device=tokens.device)
 
     # ------------------------------------------------------------------ main loop
     def generate(
@@ -141,10 +145,10 @@ class TransformersEngine(RolloutEngine):
         self.model.eval()  # no dropout, and gradient checkpointing would otherwise disable the KV cache
         try:
             with torch.inference_mode():
-                tokens, logprobs, reasons = self._decode(prompt_ids, prompt_mask, n, sampling, generator)
+                tokens, logprobs, lengths, reasons = self._decode(prompt_ids, prompt_mask, n, sampling, generator)
         finally:
             self.model.train(was_training)
-        return self._pack(prompt_ids, prompt_mask, n, len(prompt_token_ids), tokens, logprobs, reasons, start)
+        return self._pack(prompt_ids, prompt_mask, n, len(prompt_token_ids), tokens, logprobs, lengths, reasons, start)
 
     def _decode(
         self,
@@ -153,8 +157,9 @@ class TransformersEngine(RolloutEngine):
         n: int,
         sampling: SamplingParams,
         generator: torch.Generator,
-    ) -> tuple[list[list[int]], list[list[float]], list[str]]:
-        """The prefill + decode loop: per-row tokens, log-probs and finish reasons (global row order)."""
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The prefill + decode loop: ``tokens``, ``logprobs [rows, max_new_tokens]``, ``lengths`` and
+        finish-reason codes ``[rows]`` (global row order)."""
         device = self.device
         total = prompt_ids.shape[0] * n
         eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
@@ -173,25 +178,25 @@ class TransformersEngine(RolloutEngine):
         next_pos = positions[:, -1].repeat_interleave(n, dim=0) + 1
 
         active = torch.arange(total, device=device)  # global row of each running row
-        tokens: list[list[int]] = [[] for _ in range(total)]
-        logprobs: list[list[float]] = [[] for _ in range(total)]
-        reasons = ["length"] * total
+        # preallocated outputs, written by row index each step (no per-row Python work)
+        tokens = torch.full((total, sampling.max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
+        logprobs = torch.zeros((total, sampling.max_new_tokens), dtype=torch.float32, device=device)
+        lengths = torch.zeros(total, dtype=torch.long, device=device)
+        reasons = torch.full((total,), _LENGTH, dtype=torch.long, device=device)
         for step in range(sampling.max_new_tokens):
             tok, lp = self._sample(logits, sampling, generator)
-            rows = active.tolist()
-            for r, t, v in zip(rows, tok.tolist(), lp.tolist(), strict=True):
-                tokens[r].append(t)
-                logprobs[r].append(v)
+            tokens[active, step] = tok
+            logprobs[active, step] = lp.float()
+            lengths[active] += 1
             done = torch.isin(tok, eos) if len(eos) else torch.zeros_like(tok, dtype=torch.bool)
-            for k in done.nonzero().flatten().tolist():
-                reasons[rows[k]] = "eos"
+            reasons[active[done]] = _EOS
             if sampling.stop:
-                running = [k for k, d in enumerate(done.tolist()) if not d]
-                hits = self._stop_hits([rows[k] for k in running], tokens, sampling.stop)
-                for k, hit in zip(running, hits, strict=True):
-                    if hit:
-                        done[k] = True
-                        reasons[rows[k]] = "stop"
+                running = (~done).nonzero().flatten()
+                # every running row has generated exactly step + 1 tokens
+                hits = self._stop_hits(tokens[active[running], : step + 1], sampling.stop)
+                stopped = running[hits]
+                done[stopped] = True
+                reasons[active[stopped]] = _STOP
             if step == sampling.max_new_tokens - 1:
                 break
             if done.any():
@@ -207,7 +212,7 @@ class TransformersEngine(RolloutEngine):
             )
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
-        return tokens, logprobs, reasons
+        return tokens, logprobs, lengths, reasons
 
     def _pack(
         self,
@@ -215,29 +220,25 @@ class TransformersEngine(RolloutEngine):
         prompt_mask: Tensor,
         n: int,
         num_prompts: int,
-        tokens: list[list[int]],
-        logprobs: list[list[float]],
-        reasons: list[str],
+        tokens: Tensor,
+        logprobs: Tensor,
+        lengths: Tensor,
+        reasons: Tensor,
         start: float,
     ) -> RolloutOutput:
-        total = len(tokens)
-        width = max(len(t) for t in tokens)
-        response_ids = torch.full((total, width), self.pad_token_id, dtype=torch.long)
-        response_mask = torch.zeros((total, width), dtype=torch.long)
-        response_lp = torch.zeros((total, width), dtype=torch.float32)
-        for r, (t, v) in enumerate(zip(tokens, logprobs, strict=True)):
-            response_ids[r, : len(t)] = torch.tensor(t, dtype=torch.long)
-            response_mask[r, : len(t)] = 1
-            response_lp[r, : len(v)] = torch.tensor(v, dtype=torch.float32)
+        width = int(lengths.max())
+        response_mask = (torch.arange(width, device=lengths.device)[None, :] < lengths[:, None]).long()
+        response_ids = tokens[:, :width].masked_fill(response_mask == 0, self.pad_token_id)
+        per_row = [row[:length] for row, length in zip(response_ids.tolist(), lengths.tolist(), strict=True)]
         return RolloutOutput(
             prompt_ids=prompt_ids.repeat_interleave(n, dim=0),
             prompt_mask=prompt_mask.repeat_interleave(n, dim=0),
-            response_ids=response_ids,
-            response_mask=response_mask,
-            logprobs=response_lp,
-            finish_reasons=reasons,
-            texts=self.tokenizer.batch_decode(tokens, skip_special_tokens=True),
+            response_ids=response_ids.cpu(),
+            response_mask=response_mask.cpu(),
+            logprobs=(logprobs[:, :width] * response_mask).cpu(),
+            finish_reasons=[_REASONS[r] for r in reasons.tolist()],
+            texts=self.tokenizer.batch_decode(per_row, skip_special_tokens=True),
             prompt_index=torch.arange(num_prompts).repeat_interleave(n),
-            num_generated_tokens=sum(len(t) for t in tokens),
+            num_generated_tokens=int(lengths.sum()),
             seconds=time.perf_counter() - start,
         )
