@@ -165,7 +165,7 @@ def collect_experience(
     reference: Callable[[RolloutBatch], Tensor] | None = None,
     kl_in_reward: KLInReward | None = None,
 ) -> StepExperience:
-    kept: list[_Round] = []
+    kept: list[tuple[RolloutBatch, Tensor]] = []  # (samples, their scores) of the groups kept so far
     kept_groups = 0
     seconds = 0.0
     tokens = 0
@@ -178,22 +178,21 @@ def collect_experience(
         seconds += last.seconds
         tokens += last.tokens
         if s.max_rounds == 1:
-            kept.append(last)
+            kept.append((last.batch, last.scores))
             kept_groups = s.groups
             break
         informative = informative_groups(last.scores, last.batch.group_index).nonzero().flatten()
         if len(informative):
-            kept.append(_Round(last.batch.select(informative), last.scores[informative], 0.0, 0))
+            kept.append((last.batch.select(informative), last.scores[informative]))
             kept_groups += len(informative) // s.completions_per_group
     filled = 0
     if kept_groups < s.groups:  # out of rounds: top up with the last round's uninformative groups
         assert last is not None
-        informative = informative_groups(last.scores, last.batch.group_index)
-        rest = (~informative).nonzero().flatten()
-        filled = s.groups - kept_groups
-        kept.append(_Round(last.batch.select(rest), last.scores[rest], 0.0, 0))
-    batch = concat_batches([k.batch for k in kept], pad_token_id=s.pad_token_id)
-    scores = torch.cat([k.scores for k in kept])
+        rest = (~informative_groups(last.scores, last.batch.group_index)).nonzero().flatten()
+        filled = min(s.groups - kept_groups, len(rest) // s.completions_per_group)
+        kept.append((last.batch.select(rest), last.scores[rest]))
+    batch = concat_batches([b for b, _ in kept], pad_token_id=s.pad_token_id)
+    scores = torch.cat([sc for _, sc in kept])
     batch, scores = _first_groups(batch, scores, s.groups)
 
     stats: dict[str, float] = {}

@@ -105,9 +105,8 @@ def micro_batch_loss(
     out = parts.policy_loss(logprobs, old, mb.advantages, mask, parts.policy_params)
     token_loss = out.token_loss if mb.correction_weights is None else out.token_loss * mb.correction_weights
     loss = parts.aggregate(token_loss, mask, scale)
-    stats = {name: v for name, v in out.token_stats.items()}
+    stats = dict(out.token_stats)
     stats["entropy"] = entropy.detach()
-    stats["logprob"] = logprobs.detach()
     if parts.kl_estimator is not None and mb.ref_logprobs is not None:
         kl = parts.kl_estimator(logprobs, mb.ref_logprobs)
         loss = loss + coefs.kl * parts.aggregate(kl, mask, scale)
@@ -117,10 +116,6 @@ def micro_batch_loss(
     rollout = mb.rollout_logprobs if mb.rollout_logprobs is not None else mb.old_logprobs
     mismatch = (logprobs.detach() - rollout).abs() * mask
     return loss, stats, mismatch
-
-
-def _chunks(indices: Tensor, size: int) -> list[Tensor]:
-    return list(torch.split(indices, size))
 
 
 def policy_update(
@@ -146,7 +141,7 @@ def policy_update(
     mismatch_tokens = 0.0
     for epoch in range(schedule.ppo_epochs):
         order = torch.randperm(n, generator=generator) if not schedule.on_policy else torch.arange(n)
-        for mini_index, mini_idx in enumerate(_chunks(order, mini_size)):
+        for mini_index, mini_idx in enumerate(torch.split(order, mini_size)):
             mini = batch.select(mini_idx)
             scale = AggregationScale.from_mask(mini.loss_mask, parts.max_response_length)
             # micro-batch order: groups kept together for the shared-prefix forward (within a group,
@@ -157,7 +152,7 @@ def policy_update(
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
             first_pass = epoch == 0 and mini_index == 0
-            for micro_idx in _chunks(by_length, schedule.micro_batch_size):
+            for micro_idx in torch.split(by_length, schedule.micro_batch_size):
                 mb = mini.select(micro_idx).trimmed()
                 with autocast(parts.precision):
                     loss, stats, mismatch = micro_batch_loss(
@@ -189,6 +184,5 @@ def policy_update(
     }
     if "kl" in means:
         metrics["kl"] = means.pop("kl")
-    means.pop("logprob", None)
     metrics.update({f"{k}_frac" if k.startswith(("clip", "dual")) else k: v for k, v in means.items()})
     return metrics
