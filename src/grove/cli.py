@@ -101,7 +101,7 @@ def eval_(
     import torch
 
     import grove.builtin_components  # noqa: F401
-    from grove.evaluation.evaluate import evaluate
+    from grove.evaluation.evaluate import evaluate_config
     from grove.models.loading import load_policy
     from grove.rollout.hf_engine import TransformersEngine
     from grove.tasks.base import build_task
@@ -114,20 +114,9 @@ def eval_(
     except (FileNotFoundError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    rewards = resolve_rewards(cfg)
-    reward = next(r for r in rewards if r.name == cfg.accuracy_reward_name)
     examples = list(build_task(cfg.task).eval)[: max_examples or cfg.eval.max_examples]
-    result = evaluate(
-        TransformersEngine(policy, tokenizer),
-        tokenizer,
-        examples,
-        reward,
-        max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
-        stop=tuple(cfg.rollout.stop),
-        system_prompt=cfg.rollout.system_prompt,
-        use_chat_template=cfg.rollout.use_chat_template,
-        batch_size=cfg.eval.batch_size,
-    )
+    engine = TransformersEngine(policy, tokenizer)
+    result = evaluate_config(engine, tokenizer, cfg, resolve_rewards(cfg), examples)
     console.print(f"{model} on {cfg.task.id}: {result.report}  ({result.seconds:.1f}s)")
 
 

@@ -77,3 +77,26 @@ def evaluate(
         seconds=time.perf_counter() - start,
         mean_length=lengths / max(len(examples), 1),
     )
+
+
+def evaluate_config(engine: RolloutEngine, tokenizer, cfg, rewards: Sequence[RewardSpec], examples: Sequence[Example]) -> EvalResult:
+    """:func:`evaluate` with every setting taken from a :class:`grove.config.GroveConfig`.
+
+    The accuracy reward is ``eval.accuracy_reward`` (default: the first reward); generation runs
+    under the configured ``train.precision``.
+    """
+    from grove.training.precision import autocast
+
+    reward = next(r for r in rewards if r.name == cfg.accuracy_reward_name)
+    with autocast(cfg.train.precision):
+        return evaluate(
+            engine,
+            tokenizer,
+            examples,
+            reward,
+            max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+            stop=tuple(cfg.rollout.stop),
+            system_prompt=cfg.rollout.system_prompt,
+            use_chat_template=cfg.rollout.use_chat_template,
+            batch_size=cfg.eval.batch_size,
+        )

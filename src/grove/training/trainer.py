@@ -21,7 +21,7 @@ import torch
 
 import grove.builtin_components  # noqa: F401
 from grove.config import ConfigError, GroveConfig, dump_config
-from grove.evaluation.evaluate import EvalResult, evaluate
+from grove.evaluation.evaluate import EvalResult, evaluate_config
 from grove.models.loading import load_policy
 from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from grove.rewards.loading import RewardSpec, resolve_reward
@@ -84,8 +84,6 @@ class Trainer:
 
         self.task = build_task(cfg.task)
         self.rewards = resolve_rewards(cfg)
-        names = [r.name for r in self.rewards]
-        self.accuracy_reward = self.rewards[names.index(cfg.accuracy_reward_name)]
         self.model, self.tokenizer = load_policy(cfg.model.name, dtype=getattr(torch, cfg.model.dtype))
         self.ref_model = None
         if cfg.algorithm.kl.coef > 0:  # β = 0 loads no reference model
@@ -186,18 +184,7 @@ class Trainer:
         cfg = self.cfg
         examples = list(self.task.eval)[: cfg.eval.max_examples]
         self.model.eval()
-        with autocast(cfg.train.precision):
-            result = evaluate(
-                self.engine,
-                self.tokenizer,
-                examples,
-                self.accuracy_reward,
-                max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
-                stop=tuple(cfg.rollout.stop),
-                system_prompt=cfg.rollout.system_prompt,
-                use_chat_template=cfg.rollout.use_chat_template,
-                batch_size=cfg.eval.batch_size,
-            )
+        result = evaluate_config(self.engine, self.tokenizer, cfg, self.rewards, examples)
         self.logger.log_eval(self.step, result.record())
         with (self.run_dir / f"eval_samples_step{self.step:06d}.jsonl").open("w") as f:
             for s in result.samples:
