@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -286,3 +287,31 @@ def test_resume_before_the_first_checkpoint_starts_over_with_clean_logs(tiny_mod
     assert result.exit_code == 0, result.output
     assert metric_rows(crashed) == metric_rows(full)
     assert [json.loads(x)["step"] for x in (crashed / "eval.jsonl").read_text().splitlines()] == [0, 4]
+
+
+def test_shared_prefix_and_padded_training_give_the_same_first_update(tiny_model, tmp_path):
+    rows = {}
+    for shared in (True, False):
+        out = tmp_path / f"shared-{shared}"
+        args = base_overrides(tiny_model, out, **{"train.steps": 1, "train.shared_prefix": shared,
+                                                   "eval.before_training": False})
+        assert run_cli(["train", "examples/arithmetic.yaml", *args]).exit_code == 0
+        rows[shared] = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    for key in ("loss", "grad_norm", "entropy", "reward_mean", "trained_tokens"):
+        assert rows[True][key] == pytest.approx(rows[False][key], rel=1e-4, abs=1e-6), key
+
+
+def test_bf16_precision_trains_and_changes_the_numerics(tiny_model, tmp_path):
+    rows = {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / precision
+        args = base_overrides(tiny_model, out, **{"train.steps": 2, "train.precision": precision})
+        result = run_cli(["train", "examples/arithmetic.yaml", *args])
+        assert result.exit_code == 0, result.output
+        rows[precision] = metric_rows(out)
+    assert [r["step"] for r in rows["bf16"]] == [1, 2]
+    assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in rows["bf16"])
+    # the autocast really ran: bf16 rounding moves the entropy and gradient norm of the same first step
+    first32, first16 = rows["fp32"][0], rows["bf16"][0]
+    assert first16["entropy"] != first32["entropy"] or first16["grad_norm"] != first32["grad_norm"]
+    assert first16["entropy"] == pytest.approx(first32["entropy"], rel=0.05)
