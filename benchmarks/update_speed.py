@@ -5,7 +5,7 @@ two-digit addition, T = 0.5, ≤ 32 new tokens) is generated once; each variant 
 update from the same weights, alternating A/B/A/B in this one process; medians and ratios to the
 first variant are printed.
 
-    python benchmarks/update_speed.py --repeats 3 --variants padded-fp32 shared-fp32 padded-bf16 shared-bf16
+    python benchmarks/update_speed.py --repeats 3 --variants padded-fp32 shared-fp32 packed-fp32 packed-bf16
 """
 
 from __future__ import annotations
@@ -30,16 +30,21 @@ from grove.training.sampler import PromptSampler
 from grove.training.trainer import resolve_loss_components, resolve_rewards
 from grove.training.update import UpdateSchedule, policy_update
 
+LAYOUTS = {"padded": "padded", "shared": "shared_prefix", "packed": "packed"}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="examples/arithmetic.yaml")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--variants", nargs="+", default=["padded-fp32", "shared-fp32", "padded-bf16", "shared-bf16"])
+    parser.add_argument("--variants", nargs="+", default=["padded-fp32", "shared-fp32", "packed-fp32", "packed-bf16"],
+                        help="LAYOUT-PRECISION with LAYOUT in padded|shared|packed and PRECISION in fp32|bf16")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override, e.g. --set rollout.temperature=1.0 --set rollout.max_new_tokens=64")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, args.overrides)
     model, tokenizer = load_policy(cfg.model.name)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     task = build_task(cfg.task)
@@ -69,7 +74,7 @@ def main() -> None:
         for variant in args.variants:
             layout, precision = variant.split("-")
             parts = resolve_loss_components(cfg)
-            parts = type(parts)(**{**parts.__dict__, "shared_prefix": layout == "shared", "precision": precision})
+            parts = type(parts)(**{**parts.__dict__, "forward": LAYOUTS[layout], "precision": precision})
             model.load_state_dict(initial)
             optimizer, scheduler = build_optimizer(model, cfg.optim, 10)
             schedule = UpdateSchedule(1, 1, cfg.train.micro_batch_size, 1.0)

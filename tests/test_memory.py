@@ -44,6 +44,6 @@ def test_config_show_prints_estimate_and_warns_when_it_cannot_fit(tmp_path):
     assert "estimated peak memory" in ok.output and "AdamW moments" in ok.output and "warning" not in ok.output
     huge = runner.invoke(app, ["config", "show", "examples/arithmetic.yaml", "--set", f"model.name={path}",
                                "--set", "train.micro_batch_size=100000000", "--set", "train.prompts_per_step=100000000",
-                               "--set", "train.shared_prefix=false"])
+                               "--set", "train.forward=padded"])
     assert huge.exit_code == 0
     assert "warning" in huge.output and "micro_batch_size" in huge.output

@@ -289,16 +289,17 @@ def test_resume_before_the_first_checkpoint_starts_over_with_clean_logs(tiny_mod
     assert [json.loads(x)["step"] for x in (crashed / "eval.jsonl").read_text().splitlines()] == [0, 4]
 
 
-def test_shared_prefix_and_padded_training_give_the_same_first_update(tiny_model, tmp_path):
+@pytest.mark.parametrize("layout", ["packed", "shared_prefix"])
+def test_prompt_sharing_forwards_and_padded_training_give_the_same_first_update(tiny_model, tmp_path, layout):
     rows = {}
-    for shared in (True, False):
-        out = tmp_path / f"shared-{shared}"
-        args = base_overrides(tiny_model, out, **{"train.steps": 1, "train.shared_prefix": shared,
+    for forward in (layout, "padded"):
+        out = tmp_path / forward
+        args = base_overrides(tiny_model, out, **{"train.steps": 1, "train.forward": forward,
                                                    "eval.before_training": False})
         assert run_cli(["train", "examples/arithmetic.yaml", *args]).exit_code == 0
-        rows[shared] = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+        rows[forward] = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     for key in ("loss", "grad_norm", "entropy", "reward_mean", "trained_tokens"):
-        assert rows[True][key] == pytest.approx(rows[False][key], rel=1e-4, abs=1e-6), key
+        assert rows[layout][key] == pytest.approx(rows["padded"][key], rel=1e-4, abs=1e-6), key
 
 
 def test_bf16_precision_trains_and_changes_the_numerics(tiny_model, tmp_path):

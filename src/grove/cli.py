@@ -175,7 +175,7 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
         prompts_per_step=t.prompts_per_step,
         completions_per_prompt=t.completions_per_prompt,
         micro_batch_size=min(t.micro_batch_size, t.completions_per_step // t.mini_batches),
-        shared_prefix=t.shared_prefix,
+        shared_prefix=t.forward != "padded",
         reference_model=cfg.algorithm.kl.coef > 0,
         compute_bytes=2 if t.precision == "bf16" else 4,
     )

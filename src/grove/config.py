@@ -176,10 +176,12 @@ class TrainConfig(Section):
         description="'bf16': generation and forward/backward under bfloat16 autocast; master weights, optimizer "
         "state, log-softmax and the loss stay float32.",
     )
-    shared_prefix: bool = Field(
-        True,
-        description="Training forward encodes each group's prompt once and shares its KV cache with the "
-        "group's completions (same values and gradients, far fewer FLOPs when prompts are long).",
+    forward: Literal["packed", "shared_prefix", "padded"] = Field(
+        "packed",
+        description="Training forward layout. 'packed': one padding-free row per prompt with its completions back to "
+        "back under a block attention mask (each prompt once, no padding compute); 'shared_prefix': each prompt once, "
+        "its KV cache fanned out to padded completions; 'padded': every completion with its own copy of the prompt. "
+        "All three give the same values and gradients.",
     )
     old_logprobs: Literal["auto", "recompute"] = Field(
         "auto",

@@ -25,8 +25,12 @@ def build_optimizer(
     model: torch.nn.Module, cfg: OptimConfig, total_steps: int
 ) -> tuple[torch.optim.Optimizer, LambdaLR]:
     params = [p for p in model.parameters() if p.requires_grad]
+    # the fused kernel (CPU and CUDA) updates each tensor in one pass with no parameter-sized temporaries:
+    # on the 135M default 0.06 s and 0.5 GB less peak memory than foreach's 0.37 s (docs/benchmarks.md)
+    fused = all(p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.bfloat16) for p in params)
     optimizer = torch.optim.AdamW(
-        params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=True
+        params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay,
+        **({"fused": True} if fused else {"foreach": True}),
     )
 
     def fn(step: int) -> float:

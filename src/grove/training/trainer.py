@@ -32,7 +32,7 @@ from grove.training import checkpoint as ckpt
 from grove.training.collect import ExperienceSettings, KLInReward, collect_experience
 from grove.training.controllers import EntropyController, KLController
 from grove.training.correction import apply_rollout_correction
-from grove.training.forward import policy_forward
+from grove.training.forward import response_logprobs
 from grove.training.logging import RunLogger
 from grove.training.metrics import step_metrics
 from grove.training.optim import build_optimizer
@@ -57,7 +57,7 @@ def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
         kl_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.coef > 0 and a.kl.placement == "loss" else None,
         temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
         max_response_length=cfg.rollout.max_new_tokens,
-        shared_prefix=cfg.train.shared_prefix,
+        forward=cfg.train.forward,
         precision=cfg.train.precision,
     )
 
@@ -205,14 +205,10 @@ class Trainer:
         return examples, prompt_ids
 
     def _logprobs(self, model, batch) -> torch.Tensor:
+        """No-grad log-probs of ``batch``'s responses (reference / recomputed old policy), ``train.forward`` layout."""
         with torch.inference_mode():
-            logprobs, _ = policy_forward(
-                model,
-                batch.prompt_ids,
-                batch.prompt_mask,
-                batch.response_ids,
-                batch.response_mask,
-                temperature=self.loss_parts.temperature,
+            logprobs, _ = response_logprobs(
+                model, batch, self.loss_parts.forward, temperature=self.loss_parts.temperature
             )
         return logprobs.float().clone()  # a normal tensor, usable later in autograd
 

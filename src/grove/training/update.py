@@ -24,7 +24,7 @@ from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.core.aggregation import AggregationScale
-from grove.training.forward import policy_forward, policy_forward_shared_prefix, shares_prefixes
+from grove.training.forward import response_logprobs
 from grove.training.precision import autocast
 
 
@@ -39,7 +39,7 @@ class LossComponents:
     temperature: float
     max_response_length: int
     chunk_size: int = 1024
-    shared_prefix: bool = False  # encode each group's prompt once (policy_forward_shared_prefix)
+    forward: str = "padded"  # training-forward layout: "packed" | "shared_prefix" | "padded" (grove.training.forward)
     precision: str = "fp32"  # "bf16": forward under bfloat16 autocast
 
 
@@ -94,12 +94,9 @@ def micro_batch_loss(
     old_from_current: bool,
 ) -> tuple[Tensor, dict[str, Tensor], Tensor]:
     """Loss of one micro-batch (already divided by the global scale) and its per-token statistics."""
-    args = (model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask)
-    kwargs = {"temperature": parts.temperature, "with_entropy": True, "chunk_size": parts.chunk_size}
-    if parts.shared_prefix and shares_prefixes(mb.prompt_ids, mb.prompt_mask, mb.group_index):
-        logprobs, entropy = policy_forward_shared_prefix(*args, mb.group_index, **kwargs)
-    else:
-        logprobs, entropy = policy_forward(*args, **kwargs)
+    logprobs, entropy = response_logprobs(
+        model, mb, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size
+    )
     mask = mb.loss_mask.to(logprobs.dtype)
     old = logprobs.detach() if old_from_current else mb.old_logprobs
     out = parts.policy_loss(logprobs, old, mb.advantages, mask, parts.policy_params)
@@ -144,10 +141,10 @@ def policy_update(
         for mini_index, mini_idx in enumerate(torch.split(order, mini_size)):
             mini = batch.select(mini_idx)
             scale = AggregationScale.from_mask(mini.loss_mask, parts.max_response_length)
-            # micro-batch order: groups kept together for the shared-prefix forward (within a group,
+            # micro-batch order: groups kept together for the prompt-sharing forwards (within a group,
             # longest first); otherwise length-sorted, which wastes less compute on padding
             by_length = torch.argsort(mini.response_lengths + mini.prompt_mask.sum(1), descending=True, stable=True)
-            if parts.shared_prefix:
+            if parts.forward != "padded":
                 by_length = by_length[torch.argsort(mini.group_index[by_length], stable=True)]
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
