@@ -53,7 +53,7 @@ def worker_grove(steps: int, threads: int, precision: str = "fp32") -> dict:
     out = tempfile.mkdtemp(prefix="vs_trl_grove_")
     overrides = [
         f"output_dir={out}/run", f"threads={threads}", "task.prompt_template=What is {question}? Answer with just the number.",
-        f"train.prompts_per_step={PROMPTS_PER_STEP}", f"train.completions_per_prompt={GROUP}", "train.micro_batch_size=16",
+        f"train.prompts_per_step={PROMPTS_PER_STEP}", f"train.completions_per_prompt={GROUP}",
         f"train.steps={steps}", f"rollout.max_new_tokens={MAX_NEW}", "rollout.temperature=1.0", f"optim.lr={LR}",
         "optim.warmup_steps=0", "algorithm={preset: grpo}", "algorithm.kl.coef=0.0", "algorithm.aggregation=token_mean",
         "logging.tensorboard=false", "logging.progress=false", f"train.precision={precision}",

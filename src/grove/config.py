@@ -169,7 +169,9 @@ class TrainConfig(Section):
     completions_per_prompt: int = Field(8, ge=1, description="G: completions per prompt (group size).")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch over one step's rollouts.")
     ppo_epochs: int = Field(1, ge=1, description="μ: passes over each step's rollouts.")
-    micro_batch_size: int = Field(16, ge=1, description="Completions per forward/backward (gradient accumulation).")
+    micro_batch_size: int = Field(
+        8, ge=1, description="Completions per forward/backward (gradient accumulation); 8 = one group of G = 8."
+    )
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient-norm clipping (null = off).")
     precision: Literal["fp32", "bf16"] = Field(
         "fp32",

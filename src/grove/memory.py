@@ -21,6 +21,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from grove.core.logprobs import DEFAULT_CHUNK_SIZE
+
 GiB = 1024**3
 
 
@@ -76,7 +78,7 @@ class RunShape:
     shared_prefix: bool
     reference_model: bool
     compute_bytes: int = 4  # 2 under bf16 autocast
-    logits_chunk: int = 1024
+    logits_chunk: int = DEFAULT_CHUNK_SIZE
 
 
 def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from grove.batch import RolloutBatch
-from grove.core.logprobs import token_logprobs_and_entropy
+from grove.core.logprobs import DEFAULT_CHUNK_SIZE, token_logprobs_and_entropy
 
 __all__ = [
     "FORWARD_LAYOUTS",
@@ -43,7 +43,7 @@ def policy_forward(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
-    chunk_size: int = 1024,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> tuple[Tensor, Tensor | None]:
     """``(logprobs [N, R], entropy [N, R] or None)`` of the response tokens, float32, zeros at response pads.
 
@@ -136,7 +136,7 @@ def policy_forward_shared_prefix(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
-    chunk_size: int = 1024,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> tuple[Tensor, Tensor | None]:
     """:func:`policy_forward` computing each shared prompt once (the Prefix Grouper idea).
 
@@ -267,7 +267,7 @@ def policy_forward_packed(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
-    chunk_size: int = 1024,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> tuple[Tensor, Tensor | None]:
     """:func:`policy_forward` on padding-free packed rows: each distinct prompt once, no padding compute.
 

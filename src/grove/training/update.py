@@ -24,6 +24,7 @@ from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.core.aggregation import AggregationScale
+from grove.core.logprobs import DEFAULT_CHUNK_SIZE
 from grove.training.forward import response_logprobs
 from grove.training.precision import autocast
 
@@ -38,7 +39,7 @@ class LossComponents:
     kl_estimator: Callable[[Tensor, Tensor], Tensor] | None  # set when the KL term is in the loss
     temperature: float
     max_response_length: int
-    chunk_size: int = 1024
+    chunk_size: int = DEFAULT_CHUNK_SIZE
     forward: str = "padded"  # training-forward layout: "packed" | "shared_prefix" | "padded" (grove.training.forward)
     precision: str = "fp32"  # "bf16": forward under bfloat16 autocast
 
