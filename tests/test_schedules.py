@@ -75,7 +75,10 @@ def test_one_step_schedule():
 
 def test_defaults_and_number_shorthand():
     s = KeepRatioSchedule()
-    assert (s.kind, s.start, s.end, s.steps, s.stages) == ("cosine", 0.5, 1.0, 20, 4)
+    assert (s.kind, s.start, s.end, s.steps, s.stages) == ("cosine", 0.5, 1.0, None, 4)
+    assert s.at(10, default_steps=20) == pytest.approx(0.75) and s.at(40, default_steps=20) == 1.0
+    with pytest.raises(ValueError, match="default_steps"):
+        s.at(3)
     c = KeepRatioSchedule.model_validate(0.75)
     assert (c.kind, c.start, c.end) == ("constant", 0.75, 0.75)
     assert c.at(0) == c.at(1000) == 0.75

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from grove.core.schedules import KeepRatioSchedule
 from grove.presets import expand_preset
 from grove.registry import Registry
 
@@ -160,6 +161,40 @@ class AlgorithmConfig(Section):
         return v.replace("-", "_") if isinstance(v, str) else v
 
 
+class SampleSelectionConfig(Section):
+    ratio: KeepRatioSchedule = Field(
+        default_factory=KeepRatioSchedule,
+        description="Kept fraction of rollouts per step: a number (constant) or a schedule {kind, start, end, steps, stages}.",
+    )
+    scope: Literal["group", "batch"] = Field(
+        "group", description="'group': keep the max-Var(A) subset of each prompt's group; 'batch': over the whole batch."
+    )
+    advantages: Literal["keep", "recompute"] = Field(
+        "keep", description="'keep': kept rollouts keep the advantages computed on the full groups; 'recompute': "
+        "recompute them on the kept subset."
+    )
+    min_per_group: int = Field(2, ge=1, description="Never keep fewer rollouts of a group (or batch) than this.")
+
+
+class TokenSelectionConfig(Section):
+    ratio: KeepRatioSchedule = Field(
+        default_factory=KeepRatioSchedule,
+        description="Kept fraction of loss tokens per step: a number (constant) or a schedule.",
+    )
+    scope: Literal["sequence", "micro_batch"] = Field(
+        "sequence", description="Rank |A|·H within each completion, or across the micro-batch (a group by default)."
+    )
+
+
+class SelectionConfig(Section):
+    samples: SampleSelectionConfig | None = Field(
+        None, description="D^3S sample-level down-sampling (max Var(A) subset); null = off."
+    )
+    tokens: TokenSelectionConfig | None = Field(
+        None, description="D^3S token-level down-sampling (top |A|·entropy tokens); null = off."
+    )
+
+
 class TrainConfig(Section):
     steps: int = Field(40, ge=1, description="Number of rollout steps (each: generate, score, update).")
     time_budget_seconds: float | None = Field(
@@ -241,6 +276,7 @@ class GroveConfig(Section):
     rewards: list[RewardConfig] = Field(default_factory=lambda: [RewardConfig(id="answer_match")])
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

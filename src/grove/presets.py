@@ -131,6 +131,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# D^3S ("Learning More with Less: A Dynamic Dual-Level Down-Sampling Framework for Efficient Policy
+# Optimization"): GRPO plus both down-sampling levels on a relaxing schedule. The abstract gives no
+# sizes or schedule; our defaults (docs/algorithms-selection.md): keep the max-Var(A) half of every
+# group and the top-|A|·H half of every completion's tokens at the start, relaxed along a cosine to
+# everything by the last step. Compose with another preset by writing `selection:` next to it.
+PRESETS["d3s"] = {
+    "algorithm": copy.deepcopy(PRESETS["grpo"]["algorithm"]),
+    "selection": {
+        "samples": {"ratio": {"kind": "cosine", "start": 0.5, "end": 1.0}, "scope": "group", "advantages": "keep"},
+        "tokens": {"ratio": {"kind": "cosine", "start": 0.5, "end": 1.0}, "scope": "sequence"},
+    },
+}
+
 
 def merge_under(preset: Any, user: Any) -> Any:
     """``preset`` overlaid with ``user`` (user wins; component blocks with a different id are replaced)."""

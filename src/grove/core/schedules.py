@@ -106,7 +106,9 @@ class KeepRatioSchedule(BaseModel):
     )
     start: float = Field(0.5, gt=0, le=1, description="Keep ratio at step 0 (aggressive early).")
     end: float = Field(1.0, gt=0, le=1, description="Keep ratio from step `steps` on (unused by constant).")
-    steps: int = Field(20, ge=1, description="Training steps over which start moves to end.")
+    steps: int | None = Field(
+        None, ge=1, description="Training steps over which start moves to end (null: the run's train.steps)."
+    )
     stages: int = Field(4, ge=2, description="Number of equal constant stages of kind `step`.")
 
     @model_validator(mode="before")
@@ -116,8 +118,11 @@ class KeepRatioSchedule(BaseModel):
             return {"kind": "constant", "start": data, "end": data}
         return data
 
-    def at(self, step: int) -> float:
-        """The keep ratio at training step ``step`` (0-based)."""
-        return ratio_at(
-            step, kind=self.kind, start=self.start, end=self.end, steps=self.steps, stages=self.stages
-        )
+    def at(self, step: int, default_steps: int | None = None) -> float:
+        """The keep ratio at training step ``step`` (0-based); ``default_steps`` stands in for ``steps: null``."""
+        steps = self.steps if self.steps is not None else default_steps
+        if steps is None and self.kind == "constant":
+            steps = 1  # a constant ratio needs no horizon
+        if steps is None:
+            raise ValueError("steps is null and no default_steps was given (the config layer passes train.steps)")
+        return ratio_at(step, kind=self.kind, start=self.start, end=self.end, steps=steps, stages=self.stages)

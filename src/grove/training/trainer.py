@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import grove.builtin_components  # noqa: F401
+from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig, dump_config
 from grove.evaluation.evaluate import EvalResult, evaluate_config
 from grove.models.loading import load_policy
@@ -39,6 +40,7 @@ from grove.training.optim import build_optimizer
 from grove.training.precision import autocast
 from grove.training.progress import TrainProgress
 from grove.training.sampler import PromptSampler
+from grove.training.selection import SampleSelection, TokenSelection, select_rollouts
 from grove.training.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 
 
@@ -59,6 +61,7 @@ def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
         max_response_length=cfg.rollout.max_new_tokens,
         forward=cfg.train.forward,
         precision=cfg.train.precision,
+        token_selection=TokenSelection(cfg.selection.tokens.scope) if cfg.selection.tokens is not None else None,
     )
 
 
@@ -226,6 +229,26 @@ class Trainer:
             ),
         )
 
+    def _keep_ratio(self, selection) -> float:
+        """This step's D^3S keep ratio (1.0 when that selection is off); schedules count steps from 0."""
+        return 1.0 if selection is None else selection.ratio.at(self.step - 1, self.cfg.train.steps)
+
+    def _select_rollouts(self, exp) -> tuple[RolloutBatch, dict[str, float]]:
+        """D^3S sample-level down-sampling (``selection.samples``): the rollouts the update trains on."""
+        samples = self.cfg.selection.samples
+        if samples is None:
+            return exp.batch, {}
+        selection = SampleSelection(samples.scope, samples.advantages == "recompute", samples.min_per_group)
+        batch, _, stats = select_rollouts(
+            exp.batch,
+            exp.scores,
+            selection,
+            self._keep_ratio(samples),
+            self.experience.advantage_fn,
+            self.experience.advantage_params,
+        )
+        return batch, stats
+
     def train_step(self) -> dict[str, float]:
         cfg = self.cfg
         t0 = time.perf_counter()
@@ -233,7 +256,7 @@ class Trainer:
         kl = cfg.algorithm.kl
         with autocast(cfg.train.precision):
             exp = self._collect()
-        batch = exp.batch
+        batch, selection_stats = self._select_rollouts(exp)
         t_train = time.perf_counter()
         if self.schedule.recompute_old_logprobs:
             with autocast(cfg.train.precision):
@@ -243,6 +266,7 @@ class Trainer:
         coefs = Coefficients(
             kl=self.kl_controller.coef if kl.placement == "loss" else 0.0,
             entropy=self.entropy_controller.active_coef(),
+            token_keep_ratio=self._keep_ratio(cfg.selection.tokens),
         )
         update = policy_update(
             self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator, coefs
@@ -252,9 +276,10 @@ class Trainer:
         if observed_kl is not None:
             self.kl_controller.update(observed_kl, batch.num_samples)
         self.entropy_controller.update(update["entropy"])
-        metrics = step_metrics(exp, batch, accuracy_reward=self.cfg.accuracy_reward_name)
+        metrics = step_metrics(exp, exp.batch, accuracy_reward=self.cfg.accuracy_reward_name)  # all rollouts
         metrics.update(update)
         metrics.update(exp.stats)
+        metrics.update(selection_stats)
         metrics.update(correction_stats)
         metrics.update(
             {
@@ -271,8 +296,8 @@ class Trainer:
         self.logger.log_samples(
             self.step,
             [
-                {**batch.metadata[k], "rewards": dict(zip(batch.reward_names, batch.rewards[k].tolist(), strict=True))}
-                for k in range(min(keep, batch.num_samples))
+                {**meta, "rewards": dict(zip(exp.batch.reward_names, exp.batch.rewards[k].tolist(), strict=True))}
+                for k, meta in enumerate(exp.batch.metadata[:keep])
             ],
         )
         return metrics

@@ -14,6 +14,7 @@ no-grad training forward before the update, and those are used as they are.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ from grove.core.aggregation import AggregationScale
 from grove.core.logprobs import DEFAULT_CHUNK_SIZE
 from grove.training.forward import response_logprobs
 from grove.training.precision import autocast
+from grove.training.selection import (
+    TokenSelection,
+    select_loss_tokens,
+    selected_token_count,
+    tokens_with_signal,
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class LossComponents:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     forward: str = "padded"  # training-forward layout: "packed" | "shared_prefix" | "padded" (grove.training.forward)
     precision: str = "fp32"  # "bf16": forward under bfloat16 autocast
+    token_selection: TokenSelection | None = None  # D^3S token-level down-sampling (grove.training.selection)
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ class Coefficients:
 
     kl: float = 0.0
     entropy: float = 0.0
+    token_keep_ratio: float = 1.0  # D^3S: fraction of loss tokens kept (this step's schedule value)
 
 
 class TokenStats:
@@ -85,6 +94,10 @@ class TokenStats:
         return {k: v / max(self.tokens, 1.0) for k, v in self.sums.items()}
 
 
+def _selects_tokens(parts: LossComponents, coefs: Coefficients) -> bool:
+    return parts.token_selection is not None and coefs.token_keep_ratio < 1.0
+
+
 def micro_batch_loss(
     model: torch.nn.Module,
     mb: RolloutBatch,
@@ -93,12 +106,15 @@ def micro_batch_loss(
     coefs: Coefficients,
     *,
     old_from_current: bool,
-) -> tuple[Tensor, dict[str, Tensor], Tensor]:
-    """Loss of one micro-batch (already divided by the global scale) and its per-token statistics."""
+) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor]:
+    """Loss of one micro-batch (already divided by the global scale), its per-token statistics, the
+    rollout-vs-training log-prob mismatch and the mask of the tokens in the loss (after token selection)."""
     logprobs, entropy = response_logprobs(
         model, mb, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size
     )
     mask = mb.loss_mask.to(logprobs.dtype)
+    if _selects_tokens(parts, coefs):
+        mask = select_loss_tokens(mask, mb.advantages, entropy, parts.token_selection, coefs.token_keep_ratio)
     old = logprobs.detach() if old_from_current else mb.old_logprobs
     out = parts.policy_loss(logprobs, old, mb.advantages, mask, parts.policy_params)
     token_loss = out.token_loss if mb.correction_weights is None else out.token_loss * mb.correction_weights
@@ -112,8 +128,8 @@ def micro_batch_loss(
     if coefs.entropy:
         loss = loss - coefs.entropy * parts.aggregate(entropy, mask, scale)
     rollout = mb.rollout_logprobs if mb.rollout_logprobs is not None else mb.old_logprobs
-    mismatch = (logprobs.detach() - rollout).abs() * mask
-    return loss, stats, mismatch
+    mismatch = (logprobs.detach() - rollout).abs() * mb.loss_mask
+    return loss, stats, mismatch, mask
 
 
 def policy_update(
@@ -137,28 +153,39 @@ def policy_update(
     mismatch_max = 0.0
     mismatch_sum = 0.0
     mismatch_tokens = 0.0
+    grad_tokens = 0.0
+    signal_tokens = 0.0
     for epoch in range(schedule.ppo_epochs):
         order = torch.randperm(n, generator=generator) if not schedule.on_policy else torch.arange(n)
         for mini_index, mini_idx in enumerate(torch.split(order, mini_size)):
             mini = batch.select(mini_idx)
-            scale = AggregationScale.from_mask(mini.loss_mask, parts.max_response_length)
             # micro-batch order: groups kept together for the prompt-sharing forwards (within a group,
             # longest first); otherwise length-sorted, which wastes less compute on padding
             by_length = torch.argsort(mini.response_lengths + mini.prompt_mask.sum(1), descending=True, stable=True)
             if parts.forward != "padded":
                 by_length = by_length[torch.argsort(mini.group_index[by_length], stable=True)]
+            micro_indices = torch.split(by_length, schedule.micro_batch_size)
+            scale = AggregationScale.from_mask(mini.loss_mask, parts.max_response_length)
+            if _selects_tokens(parts, coefs):  # normalise by the tokens that will really be in the loss
+                kept = sum(
+                    selected_token_count(mini.loss_mask[i], parts.token_selection, coefs.token_keep_ratio)
+                    for i in micro_indices
+                )
+                scale = dataclasses.replace(scale, num_tokens=max(kept, 1.0))
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
             first_pass = epoch == 0 and mini_index == 0
-            for micro_idx in torch.split(by_length, schedule.micro_batch_size):
+            for micro_idx in micro_indices:
                 mb = mini.select(micro_idx).trimmed()
                 with autocast(parts.precision):
-                    loss, stats, mismatch = micro_batch_loss(
+                    loss, stats, mismatch, in_loss = micro_batch_loss(
                         model, mb, parts, scale, coefs, old_from_current=schedule.old_from_current_forward
                     )
                 loss.backward()
                 total += float(loss.detach())
                 token_stats.add(stats, mb.loss_mask.float())
+                grad_tokens += float(in_loss.sum())
+                signal_tokens += tokens_with_signal(in_loss, mb.advantages)
                 if first_pass:  # before any optimizer step: a clean rollout-vs-training comparison
                     mismatch_max = max(mismatch_max, float(mismatch.max()) if mismatch.numel() else 0.0)
                     mismatch_sum += float(mismatch.sum())
@@ -179,7 +206,12 @@ def policy_update(
         "logprob_mismatch_max": mismatch_max,
         "logprob_mismatch_mean": mismatch_sum / max(mismatch_tokens, 1.0),
         "trained_tokens": token_stats.tokens,
+        "grad_tokens": grad_tokens,
+        "grad_tokens_with_signal": signal_tokens,
     }
+    if _selects_tokens(parts, coefs):
+        metrics["selection/token_keep_ratio"] = coefs.token_keep_ratio
+        metrics["selection/kept_tokens_frac"] = grad_tokens / max(token_stats.tokens, 1.0)
     if "kl" in means:
         metrics["kl"] = means.pop("kl")
     metrics.update({f"{k}_frac" if k.startswith(("clip", "dual")) else k: v for k, v in means.items()})
