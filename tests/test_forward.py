@@ -157,6 +157,15 @@ def test_chunked_does_not_save_full_logits() -> None:
     assert hidden.grad is not None and weight.grad is not None
 
 
+def _values_and_grads(model, fn, *args):
+    """Log-probs, entropies and all parameter gradients of a random linear functional of them."""
+    model.zero_grad()
+    logp, ent = fn(model, *args, temperature=0.8, with_entropy=True)
+    weights = torch.randn(logp.shape, generator=torch.Generator().manual_seed(0))
+    ((logp * weights).sum() + ent.sum()).backward()
+    return logp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
 def test_shared_prefix_forward_equals_padded_forward_values_and_gradients(policy):
     """Each prompt encoded once and fanned out to its G responses: same log-probs, entropies and gradients."""
     from grove.training.forward import policy_forward_shared_prefix, shares_prefixes
@@ -172,11 +181,7 @@ def test_shared_prefix_forward_equals_padded_forward_values_and_gradients(policy
     assert not shares_prefixes(out.prompt_ids, out.prompt_mask, torch.zeros_like(out.prompt_index))
 
     def run(fn, *extra):
-        model.zero_grad()
-        logp, ent = fn(model, *args, *extra, temperature=0.8, with_entropy=True)
-        weights = torch.randn(logp.shape, generator=torch.Generator().manual_seed(0))
-        ((logp * weights).sum() + ent.sum()).backward()
-        return logp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+        return _values_and_grads(model, fn, *args, *extra)
 
     lp_a, ent_a, grad_a = run(policy_forward)
     lp_b, ent_b, grad_b = run(policy_forward_shared_prefix, out.prompt_index)
@@ -208,11 +213,7 @@ def test_packed_forward_equals_padded_forward_values_and_gradients(policy, share
     assert int((layout.segment >= 0).sum()) == real  # every real token exactly once, nothing else
 
     def run(fn, *extra):
-        model.zero_grad()
-        logp, ent = fn(model, *args, *extra, temperature=0.8, with_entropy=True)
-        weights = torch.randn(logp.shape, generator=torch.Generator().manual_seed(0))
-        ((logp * weights).sum() + ent.sum()).backward()
-        return logp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+        return _values_and_grads(model, fn, *args, *extra)
 
     lp_a, ent_a, grad_a = run(policy_forward)
     lp_b, ent_b, grad_b = run(policy_forward_packed, prefix)

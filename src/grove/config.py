@@ -161,11 +161,14 @@ class AlgorithmConfig(Section):
         return v.replace("-", "_") if isinstance(v, str) else v
 
 
-class SampleSelectionConfig(Section):
+class _KeepRatioSection(Section):
     ratio: KeepRatioSchedule = Field(
         default_factory=KeepRatioSchedule,
-        description="Kept fraction of rollouts per step: a number (constant) or a schedule {kind, start, end, steps, stages}.",
+        description="Kept fraction per step: a number (constant) or a schedule {kind, start, end, steps, stages}.",
     )
+
+
+class SampleSelectionConfig(_KeepRatioSection):
     scope: Literal["group", "batch"] = Field(
         "group", description="'group': keep the max-Var(A) subset of each prompt's group; 'batch': over the whole batch."
     )
@@ -176,11 +179,7 @@ class SampleSelectionConfig(Section):
     min_per_group: int = Field(2, ge=1, description="Never keep fewer rollouts of a group (or batch) than this.")
 
 
-class TokenSelectionConfig(Section):
-    ratio: KeepRatioSchedule = Field(
-        default_factory=KeepRatioSchedule,
-        description="Kept fraction of loss tokens per step: a number (constant) or a schedule.",
-    )
+class TokenSelectionConfig(_KeepRatioSection):
     scope: Literal["sequence", "micro_batch"] = Field(
         "sequence", description="Rank |A|·H within each completion, or across the micro-batch (a group by default)."
     )

@@ -67,20 +67,7 @@ def policy_forward(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
     ).last_hidden_state
     hidden = hidden[:, p - 1 : p + r - 1]  # the state at position t predicts token t + 1
-    return _response_logprobs(model, hidden, response_ids, response_mask, temperature, with_entropy, chunk_size)
-
-
-def _response_logprobs(
-    model: nn.Module,
-    hidden: Tensor,
-    response_ids: Tensor,
-    response_mask: Tensor,
-    temperature: float,
-    with_entropy: bool,
-    chunk_size: int,
-) -> tuple[Tensor, Tensor | None]:
-    """Log-probs/entropies of the real response tokens from the states that predict them ``[N, R, H]``."""
-    selected = hidden[response_mask.bool()]
+    selected = hidden[response_mask.bool()]  # the states that predict real response tokens
     return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size)
 
 
@@ -171,7 +158,8 @@ def policy_forward_shared_prefix(
     ).last_hidden_state
     # the prompt's last state predicts response token 0; response state t predicts token t + 1
     hidden = torch.cat([prefix[inverse, -1:], out[:, :-1]], dim=1)
-    return _response_logprobs(model, hidden, response_ids, response_mask, temperature, with_entropy, chunk_size)
+    selected = hidden[response_mask.bool()]  # the states that predict real response tokens
+    return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size)
 
 
 @dataclass(frozen=True)
