@@ -118,11 +118,18 @@ STATEFUL = {
     "train.mini_batches": 2,
 }
 
+# D^3S keep ratios that change at every step (samples) and between steps 2 and 3 (tokens)
+D3S_SCHEDULES = {
+    "selection": "{samples: {ratio: {kind: linear, start: 0.5, end: 1.0}}, "
+    "tokens: {ratio: {kind: step, start: 0.5, end: 1.0, stages: 2}, scope: micro_batch}}",
+}
+
 
 @pytest.mark.parametrize(
     "extra",
-    [{"train.prompts_per_step": 4}, {"train.prompts_per_step": 3}, STATEFUL],
-    ids=["resume-at-epoch-boundary", "resume-mid-epoch", "resume-with-controllers-and-dynamic-sampling"],
+    [{"train.prompts_per_step": 4}, {"train.prompts_per_step": 3}, STATEFUL, D3S_SCHEDULES],
+    ids=["resume-at-epoch-boundary", "resume-mid-epoch", "resume-with-controllers-and-dynamic-sampling",
+         "resume-with-d3s-schedules"],
 )
 def test_resume_reproduces_uninterrupted_run(tiny_model, tmp_path, monkeypatch, extra):
     from grove.training.trainer import Trainer
