@@ -29,6 +29,8 @@ PROMPTS_PER_STEP = 8
 GROUP = 8
 MAX_NEW = 64
 LR = 1e-6
+# grove-bf16-bf16weights: train.precision bf16 + rollout.bf16_weights (generation from a bf16 weight copy)
+IMPLS = ["trl", "grove", "grove-bf16", "grove-bf16-bf16weights"]
 
 
 def peak_rss_gb() -> float:
@@ -46,7 +48,7 @@ def arithmetic_examples(n: int):
     return list(task.train)
 
 
-def worker_grove(steps: int, threads: int, precision: str = "fp32") -> dict:
+def worker_grove(steps: int, threads: int, precision: str = "fp32", bf16_weights: bool = False) -> dict:
     from grove.config import load_config
     from grove.training.trainer import Trainer
 
@@ -57,6 +59,7 @@ def worker_grove(steps: int, threads: int, precision: str = "fp32") -> dict:
         f"train.steps={steps}", f"rollout.max_new_tokens={MAX_NEW}", "rollout.temperature=1.0", f"optim.lr={LR}",
         "optim.warmup_steps=0", "algorithm={preset: grpo}", "algorithm.kl.coef=0.0", "algorithm.aggregation=token_mean",
         "logging.tensorboard=false", "logging.progress=false", f"train.precision={precision}",
+        f"rollout.bf16_weights={str(bf16_weights).lower()}",
     ]
     trainer = Trainer(load_config("examples/arithmetic.yaml", overrides), __import__("pathlib").Path(out) / "run")
     rows = []
@@ -68,7 +71,7 @@ def worker_grove(steps: int, threads: int, precision: str = "fp32") -> dict:
             "step": time.perf_counter() - start, "generation": m["rollout_seconds"], "train": m["train_seconds"],
             "generated_tokens": m["generated_tokens"],
         })
-    name = "grove" if precision == "fp32" else f"grove-{precision}"
+    name = ("grove" if precision == "fp32" else f"grove-{precision}") + ("-bf16weights" if bf16_weights else "")
     return {"impl": name, "steps": rows, "peak_rss_gb": peak_rss_gb()}
 
 
@@ -166,14 +169,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="A/B alternations")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per process (the first is warm-up)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--impls", nargs="+", default=["trl", "grove", "grove-bf16"])
-    parser.add_argument("--worker", choices=["trl", "grove", "grove-bf16"], help=argparse.SUPPRESS)
+    parser.add_argument("--impls", nargs="+", default=IMPLS, choices=IMPLS)
+    parser.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         if args.worker == "trl":
             result = worker_trl(args.steps, args.threads)
         else:
-            result = worker_grove(args.steps, args.threads, "bf16" if args.worker == "grove-bf16" else "fp32")
+            precision = "bf16" if args.worker.startswith("grove-bf16") else "fp32"
+            result = worker_grove(args.steps, args.threads, precision, args.worker.endswith("-bf16weights"))
         print("RESULT " + json.dumps(result), flush=True)
         return
     results = []

@@ -19,6 +19,9 @@ def test_breakdown_by_hand():
     per_token_layer = 8 * 4 + 2 * 2 + 4 * 8  # 68 values
     assert parts["policy weights (fp32)"] == 4000 and parts["AdamW moments (fp32)"] == 8000
     assert parts["reference model"] == 4000
+    assert parts["bf16 generation copy"] == 0
+    with_copy = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "bf16_generation_copy": True}))
+    assert with_copy["bf16 generation copy"] == 2000 and with_copy["total"] == parts["total"] + 2000
     # shared prefix: one group's prompt (5) + 4 completions × 3 new tokens = 17 tokens
     assert parts["activations (one micro-batch)"] == 17 * 2 * per_token_layer * 4
     assert parts["generation KV cache"] == 2 * 2 * 2 * 8 * (5 + 3) * 4

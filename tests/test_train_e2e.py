@@ -323,3 +323,27 @@ def test_bf16_precision_trains_and_changes_the_numerics(tiny_model, tmp_path):
     first32, first16 = rows["fp32"][0], rows["bf16"][0]
     assert first16["entropy"] != first32["entropy"] or first16["grad_norm"] != first32["grad_norm"]
     assert first16["entropy"] == pytest.approx(first32["entropy"], rel=0.05)
+
+
+def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path):
+    """rollout.bf16_weights: generation runs on a bfloat16 copy that tracks every optimizer step."""
+    import torch
+
+    from grove.config import load_config
+    from grove.training.trainer import Trainer
+
+    out = tmp_path / "run"
+    args = base_overrides(tiny_model, out, **{"train.steps": 2, "rollout.bf16_weights": True})
+    cfg = load_config("examples/arithmetic.yaml", [a for a in args if a != "--set"])
+    trainer = Trainer(cfg, out)
+    copy_model = trainer.engine.model
+    assert copy_model is trainer.generation_weights.model and copy_model is not trainer.model
+    assert all(p.dtype == torch.bfloat16 and not p.requires_grad for p in copy_model.parameters())
+    with torch.no_grad():  # move the policy away from the copy: only a refresh can bring them together
+        for p in trainer.model.parameters():
+            p.add_(0.05)
+    trainer.step = 1
+    metrics = trainer.train_step()
+    assert metrics["logprob_mismatch_max"] > 1e-4  # sampled by the bf16 copy, trained in fp32
+    for p_copy, p_policy in zip(copy_model.parameters(), trainer.model.parameters(), strict=True):
+        assert torch.equal(p_copy, p_policy.detach().to(torch.bfloat16))

@@ -178,6 +178,7 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
         shared_prefix=t.forward != "padded",
         reference_model=cfg.algorithm.kl.coef > 0,
         compute_bytes=2 if t.precision == "bf16" else 4,
+        bf16_generation_copy=cfg.rollout.bf16_weights,
     )
     parts = estimate_peak_bytes(ModelDims.from_model_dir(path), shape)
     table = Table(title=f"estimated peak memory (longest prompt {prompt_tokens} tokens)")

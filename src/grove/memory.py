@@ -78,6 +78,7 @@ class RunShape:
     shared_prefix: bool
     reference_model: bool
     compute_bytes: int = 4  # 2 under bf16 autocast
+    bf16_generation_copy: bool = False  # rollout.bf16_weights
     logits_chunk: int = DEFAULT_CHUNK_SIZE
 
 
@@ -95,6 +96,7 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         "gradients (fp32)": 4.0 * m.num_params,
         "AdamW moments (fp32)": 8.0 * m.num_params,
         "reference model": 4.0 * m.num_params if r.reference_model else 0.0,
+        "bf16 generation copy": 2.0 * m.num_params if r.bf16_generation_copy else 0.0,
         "activations (one micro-batch)": float(tokens * m.layers * per_token_layer * r.compute_bytes),
         "generation KV cache": float(2 * m.layers * m.kv_dim * rows * (r.prompt_tokens + r.max_new_tokens) * r.compute_bytes),
         "output-projection chunks": float(3 * r.logits_chunk * m.vocab * 4),

@@ -34,6 +34,7 @@ from grove.training.collect import ExperienceSettings, KLInReward, collect_exper
 from grove.training.controllers import EntropyController, KLController
 from grove.training.correction import apply_rollout_correction
 from grove.training.forward import response_logprobs
+from grove.training.generation_weights import GenerationWeights
 from grove.training.logging import RunLogger
 from grove.training.metrics import step_metrics
 from grove.training.optim import build_optimizer
@@ -92,7 +93,9 @@ class Trainer:
         if cfg.algorithm.kl.coef > 0:  # β = 0 loads no reference model
             self.ref_model, _ = load_policy(cfg.model.name, dtype=getattr(torch, cfg.model.dtype))
             self.ref_model.eval().requires_grad_(False)
-        self.engine = TransformersEngine(self.model, self.tokenizer)
+        self.generation_weights = GenerationWeights(self.model) if cfg.rollout.bf16_weights else None
+        generation_model = self.generation_weights.model if self.generation_weights is not None else self.model
+        self.engine = TransformersEngine(generation_model, self.tokenizer)
         self.sampling = SamplingParams(
             temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p,
@@ -169,6 +172,8 @@ class Trainer:
         self.kl_controller.load_state_dict(state.controllers["kl"])
         self.entropy_controller.load_state_dict(state.controllers["entropy"])
         self.step = state.step
+        if self.generation_weights is not None:
+            self.generation_weights.refresh(self.model)
 
     def _save(self) -> None:
         state = ckpt.TrainerState(
@@ -271,6 +276,8 @@ class Trainer:
         update = policy_update(
             self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator, coefs
         )
+        if self.generation_weights is not None:
+            self.generation_weights.refresh(self.model)
         t_end = time.perf_counter()
         observed_kl = update.get("kl", exp.stats.get("kl_in_reward"))
         if observed_kl is not None:
