@@ -63,6 +63,8 @@ def test_selected_token_count_predicts_selection():
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
     assert selected_token_count(mask, TokenSelection("sequence"), 0.5) == 2 + 1 + 2
     assert selected_token_count(mask, TokenSelection("micro_batch"), 0.5) == 4
+    with pytest.raises(ValueError, match="batch scope"):
+        selected_token_count(mask, TokenSelection("batch"), 0.5)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +102,7 @@ def _update(model, batch, token_selection, ratio, micro):
     return metrics, after
 
 
-@pytest.mark.parametrize(("scope", "micro"), [("sequence", 5), ("micro_batch", 4)])
+@pytest.mark.parametrize(("scope", "micro"), [("sequence", 5), ("micro_batch", 4), ("batch", 4)])
 def test_token_selection_equals_training_on_the_selected_mask(policy, rollout_batch, scope, micro):
     """Selecting the top |A|·H tokens inside the update = an update whose loss mask is those tokens
     (entropy from the same forward), normalised by their count."""
@@ -119,6 +121,9 @@ def test_token_selection_equals_training_on_the_selected_mask(policy, rollout_ba
     selected = torch.zeros_like(batch.loss_mask)
     for idx in torch.split(order, micro):
         selected[idx] = select_loss_tokens(batch.loss_mask[idx], batch.advantages[idx], entropy[idx], selection, 0.5)
+    if scope == "batch":  # one ranking over every token of the (mini-)batch
+        selected = select_loss_tokens(batch.loss_mask, batch.advantages, entropy, selection, 0.5)
+        assert int(selected.sum()) == math.ceil(0.5 * int(batch.loss_mask.sum()))
     assert metrics["grad_tokens"] == float(selected.sum()) < float(batch.loss_mask.sum())
     assert metrics["selection/kept_tokens_frac"] == pytest.approx(float(selected.sum() / batch.loss_mask.sum()))
     reference, expected = _update(model, batch.replace(loss_mask=selected), None, 1.0, micro)
@@ -177,6 +182,8 @@ def test_selection_composes_with_presets_and_losses(tiny_model, tmp_path, algori
     extra = {"train.steps": 3, "algorithm": algorithm, "eval.before_training": False, "selection": selection}
     if algorithm == "{preset: d3s}":
         extra.pop("selection")  # the preset's own cosine schedules
+    if algorithm == "{preset: cispo}":  # the whole-batch token scope (a no-grad entropy pass first)
+        extra["selection"] = selection.replace("end: 1.0}}}", "end: 1.0}, scope: batch}}")
     args = base_overrides(tiny_model, tmp_path / "run", **extra)
     result = run_cli(["train", "examples/arithmetic.yaml", *args])
     assert result.exit_code == 0, result.output

@@ -185,8 +185,10 @@ class SampleSelectionConfig(_KeepRatioSection):
 
 
 class TokenSelectionConfig(_KeepRatioSection):
-    scope: Literal["sequence", "micro_batch"] = Field(
-        "sequence", description="Rank |A|·H within each completion, or across the micro-batch (a group by default)."
+    scope: Literal["sequence", "micro_batch", "batch"] = Field(
+        "sequence",
+        description="Rank |A|·H within each completion, across the micro-batch (a group by default), or across the "
+        "whole mini-batch (one extra no-grad forward for the entropies).",
     )
 
 

@@ -45,7 +45,7 @@ class SampleSelection:
 
 @dataclass(frozen=True)
 class TokenSelection:
-    scope: str = "sequence"  # "sequence" | "micro_batch"
+    scope: str = "sequence"  # "sequence" | "micro_batch" | "batch"
 
 
 def sequence_advantages(batch: RolloutBatch) -> Tensor:
@@ -88,6 +88,8 @@ def select_rollouts(
 
 def selected_token_count(loss_mask: Tensor, selection: TokenSelection, ratio: float) -> float:
     """How many of a micro-batch's loss tokens :func:`select_loss_tokens` will keep (known before the forward)."""
+    if selection.scope == "batch":
+        raise ValueError("the batch scope selects before the micro-batches; its count is the selected mask's sum")
     counts = loss_mask.sum(1) if selection.scope == "sequence" else loss_mask.sum().reshape(1)
     return float(keep_count(counts, ratio, minimum=1).sum())
 
@@ -96,7 +98,7 @@ def select_loss_tokens(
     loss_mask: Tensor, advantages: Tensor, entropy: Tensor, selection: TokenSelection, ratio: float
 ) -> Tensor:
     """The micro-batch's loss mask restricted to its top ``|A|·H`` tokens (same dtype as ``loss_mask``)."""
-    scope = "sequence" if selection.scope == "sequence" else "batch"  # "batch" of the core = this micro-batch
+    scope = "sequence" if selection.scope == "sequence" else "batch"  # the core's "batch" = all rows given
     return select_tokens(token_scores(advantages, entropy), loss_mask, ratio, scope=scope)
 
 

@@ -98,6 +98,29 @@ def _selects_tokens(parts: LossComponents, coefs: Coefficients) -> bool:
     return parts.token_selection is not None and coefs.token_keep_ratio < 1.0
 
 
+def _selects_in_loss(parts: LossComponents, coefs: Coefficients) -> bool:
+    """Token selection inside each micro-batch's loss (scopes ``sequence`` and ``micro_batch``)."""
+    return _selects_tokens(parts, coefs) and parts.token_selection.scope != "batch"
+
+
+@torch.no_grad()
+def _batch_token_mask(
+    model: torch.nn.Module, mini: RolloutBatch, micro_indices: tuple[Tensor, ...], parts: LossComponents, ratio: float
+) -> Tensor:
+    """Token scope ``batch``: the mini-batch's loss mask restricted to its top ``|A|·H`` tokens over all
+    sequences, with the entropies of a no-grad pass of the same training forward (same layout and
+    micro-batches, so the same values the gradient pass computes; it costs one extra forward)."""
+    entropy = torch.zeros(mini.loss_mask.shape, dtype=torch.float32)
+    for idx in micro_indices:
+        mb = mini.select(idx).trimmed()
+        with autocast(parts.precision):
+            _, ent = response_logprobs(
+                model, mb, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size
+            )
+        entropy[idx, : ent.shape[1]] = ent.float()
+    return select_loss_tokens(mini.loss_mask, mini.advantages, entropy, parts.token_selection, ratio)
+
+
 def micro_batch_loss(
     model: torch.nn.Module,
     mb: RolloutBatch,
@@ -113,7 +136,7 @@ def micro_batch_loss(
         model, mb, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size
     )
     mask = mb.loss_mask.to(logprobs.dtype)
-    if _selects_tokens(parts, coefs):
+    if _selects_in_loss(parts, coefs):
         mask = select_loss_tokens(mask, mb.advantages, entropy, parts.token_selection, coefs.token_keep_ratio)
     old = logprobs.detach() if old_from_current else mb.old_logprobs
     out = parts.policy_loss(logprobs, old, mb.advantages, mask, parts.policy_params)
@@ -165,8 +188,13 @@ def policy_update(
             if parts.forward != "padded":
                 by_length = by_length[torch.argsort(mini.group_index[by_length], stable=True)]
             micro_indices = torch.split(by_length, schedule.micro_batch_size)
+            candidates = mini.loss_mask  # loss tokens before token selection (for the statistics)
+            if _selects_tokens(parts, coefs) and not _selects_in_loss(parts, coefs):
+                mini = mini.replace(
+                    loss_mask=_batch_token_mask(model, mini, micro_indices, parts, coefs.token_keep_ratio)
+                )
             scale = AggregationScale.from_mask(mini.loss_mask, parts.max_response_length)
-            if _selects_tokens(parts, coefs):  # normalise by the tokens that will really be in the loss
+            if _selects_in_loss(parts, coefs):  # normalise by the tokens that will really be in the loss
                 kept = sum(
                     selected_token_count(mini.loss_mask[i], parts.token_selection, coefs.token_keep_ratio)
                     for i in micro_indices
@@ -183,7 +211,7 @@ def policy_update(
                     )
                 loss.backward()
                 total += float(loss.detach())
-                token_stats.add(stats, mb.loss_mask.float())
+                token_stats.add(stats, candidates[micro_idx][:, : mb.loss_mask.shape[1]].float())
                 grad_tokens += float(in_loss.sum())
                 signal_tokens += tokens_with_signal(in_loss, mb.advantages)
                 if first_pass:  # before any optimizer step: a clean rollout-vs-training comparison
