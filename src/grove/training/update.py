@@ -110,7 +110,7 @@ def _batch_token_mask(
     """Token scope ``batch``: the mini-batch's loss mask restricted to its top ``|A|·H`` tokens over all
     sequences, with the entropies of a no-grad pass of the same training forward (same layout and
     micro-batches, so the same values the gradient pass computes; it costs one extra forward)."""
-    entropy = torch.zeros(mini.loss_mask.shape, dtype=torch.float32)
+    entropy = torch.zeros(mini.loss_mask.shape, dtype=torch.float32, device=mini.loss_mask.device)
     for idx in micro_indices:
         mb = mini.select(idx).trimmed()
         with autocast(parts.precision):
