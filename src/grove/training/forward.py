@@ -19,7 +19,12 @@ from grove.core.logprobs import DEFAULT_CHUNK_SIZE, token_logprobs_and_entropy
 
 __all__ = [
     "FORWARD_LAYOUTS",
-    "PackedLayout", "pack_by_prefix", "policy_forward", "policy_forward_packed", "policy_forward_shared_prefix", "response_logprobs",
+    "PackedLayout",
+    "pack_by_prefix",
+    "policy_forward",
+    "policy_forward_packed",
+    "policy_forward_shared_prefix",
+    "response_logprobs",
     "shares_prefixes",
     "supports_packing",
 ]
