@@ -48,7 +48,9 @@ def arithmetic_examples(n: int):
     return list(task.train)
 
 
-def worker_grove(steps: int, threads: int, precision: str = "fp32", bf16_weights: bool = False) -> dict:
+def worker_grove(
+    steps: int, threads: int, precision: str = "fp32", bf16_weights: bool = False, extra: tuple[str, ...] = ()
+) -> dict:
     from grove.config import load_config
     from grove.training.trainer import Trainer
 
@@ -59,7 +61,7 @@ def worker_grove(steps: int, threads: int, precision: str = "fp32", bf16_weights
         f"train.steps={steps}", f"rollout.max_new_tokens={MAX_NEW}", "rollout.temperature=1.0", f"optim.lr={LR}",
         "optim.warmup_steps=0", "algorithm={preset: grpo}", "algorithm.kl.coef=0.0", "algorithm.aggregation=token_mean",
         "logging.tensorboard=false", "logging.progress=false", f"train.precision={precision}",
-        f"rollout.bf16_weights={str(bf16_weights).lower()}",
+        f"rollout.bf16_weights={str(bf16_weights).lower()}", *extra,
     ]
     trainer = Trainer(load_config("examples/arithmetic.yaml", overrides), __import__("pathlib").Path(out) / "run")
     rows = []
@@ -170,6 +172,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per process (the first is warm-up)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--impls", nargs="+", default=IMPLS, choices=IMPLS)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra config override for the grove workers, e.g. --set host_allocator=system")
     parser.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -177,13 +181,15 @@ def main() -> None:
             result = worker_trl(args.steps, args.threads)
         else:
             precision = "bf16" if args.worker.startswith("grove-bf16") else "fp32"
-            result = worker_grove(args.steps, args.threads, precision, args.worker.endswith("-bf16weights"))
+            result = worker_grove(args.steps, args.threads, precision, args.worker.endswith("-bf16weights"),
+                                  tuple(args.overrides))
         print("RESULT " + json.dumps(result), flush=True)
         return
     results = []
     for r in range(args.rounds):
         for impl in args.impls:
             cmd = [sys.executable, __file__, "--worker", impl, "--steps", str(args.steps), "--threads", str(args.threads)]
+            cmd += [f"--set={override}" for override in args.overrides]
             proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if proc.returncode or line is None:

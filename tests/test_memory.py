@@ -25,7 +25,11 @@ def test_breakdown_by_hand():
     # shared prefix: one group's prompt (5) + 4 completions × 3 new tokens = 17 tokens
     assert parts["activations (one micro-batch)"] == 17 * 2 * per_token_layer * 4
     assert parts["generation KV cache"] == 2 * 2 * 2 * 8 * (5 + 3) * 4
-    assert parts["output-projection chunks"] == 3 * 7 * 10 * 4
+    # 4 completions × 3 tokens = 12 predicted rows: their softmax cache (8 bytes × 12 × 10) fits the default budget
+    assert parts["output-projection softmax cache"] == 8 * 12 * 10 and "output-projection chunks" not in parts
+    assert parts["output-projection gradient"] == 4 * 10 * 4
+    recompute = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "logit_cache_bytes": 8 * 12 * 10 - 1}))
+    assert recompute["output-projection chunks"] == 8 * 7 * 10 and "output-projection softmax cache" not in recompute
     padded = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "shared_prefix": False}))
     assert padded["activations (one micro-batch)"] == 4 * 8 * 2 * per_token_layer * 4
     assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))

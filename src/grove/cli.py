@@ -98,17 +98,16 @@ def eval_(
     if task is not None:
         overrides.append(f"task={{id: {task}}}")
     cfg = _load(config, overrides)
-    import torch
 
     import grove.builtin_components  # noqa: F401
     from grove.evaluation.evaluate import evaluate_config
     from grove.models.loading import load_policy
     from grove.rollout.hf_engine import TransformersEngine
     from grove.tasks.base import build_task
+    from grove.training.runtime import configure_runtime
     from grove.training.trainer import resolve_rewards
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    configure_runtime(cfg.threads, cfg.host_allocator)
     try:
         policy, tokenizer = load_policy(model)
     except (FileNotFoundError, ValueError) as exc:
@@ -179,6 +178,7 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
         reference_model=cfg.algorithm.kl.coef > 0,
         compute_bytes=2 if t.precision == "bf16" else 4,
         bf16_generation_copy=cfg.rollout.bf16_weights,
+        logit_cache_bytes=int(t.logit_cache_mb * 2**20),
     )
     parts = estimate_peak_bytes(ModelDims.from_model_dir(path), shape)
     table = Table(title=f"estimated peak memory (longest prompt {prompt_tokens} tokens)")

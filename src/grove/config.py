@@ -226,6 +226,13 @@ class TrainConfig(Section):
         "its KV cache fanned out to padded completions; 'padded': every completion with its own copy of the prompt. "
         "All three give the same values and gradients.",
     )
+    logit_cache_mb: float = Field(
+        512,
+        ge=0,
+        description="Keep a micro-batch's float32 softmax (probabilities + log-probs, 8 bytes x predicted tokens x "
+        "vocabulary) from forward to backward when it fits in this many MiB; above it, backward recomputes the output "
+        "projection chunk by chunk (one extra matmul, memory independent of length). 0: always recompute.",
+    )
     old_logprobs: Literal["auto", "recompute"] = Field(
         "auto",
         description="'auto': on-policy updates use the current forward (ratio exactly 1), off-policy ones the rollout's "
@@ -277,6 +284,12 @@ class GroveConfig(Section):
     seed: int = Field(0, description="Seeds Python, NumPy, torch and the sampling generator.")
     output_dir: str = Field("runs/run", description="The run directory (metrics, samples, checkpoints, plots).")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (null: all cores).")
+    host_allocator: Literal["retain", "system"] = Field(
+        "retain",
+        description="CPU memory allocator policy (Linux/glibc). 'retain': freed large blocks stay in the process heap "
+        "(mallopt: no mmap below 1 GiB, trim above 4 GiB), so each step's big activations are not page-faulted in "
+        "again (14% faster updates on the CPU benchmark); 'system': glibc's defaults.",
+    )
     model: ModelConfig = Field(default_factory=ModelConfig)
     task: ComponentSpec = Field(default_factory=lambda: ComponentSpec(id="arithmetic"))
     rewards: list[RewardConfig] = Field(default_factory=lambda: [RewardConfig(id="answer_match")])

@@ -9,7 +9,10 @@ The estimate adds the resident pieces of a training step for a decoder-only tran
   residuals): ≈ ``(8·hidden + 2·kv_dim + 4·intermediate)`` values, in the compute dtype; with the
   shared-prefix forward, the prompt is counted once per group, not once per completion;
 * the generation KV cache: ``2 · layers · kv_dim`` values per token for every row;
-* the chunked output projection: a few ``[chunk, vocab]`` float32 buffers.
+* the output projection (:mod:`grove.core.logprobs`): the float32 probabilities and log-probs of one
+  micro-batch's predicted tokens when they fit in ``train.logit_cache_mb`` (kept from forward to
+  backward), else two ``[chunk, vocab]`` float32 buffers; plus a float32 ``[vocab, hidden]`` gradient
+  accumulator.
 
 It is an estimate (allocator overhead, the Python runtime and framework buffers come on top: budget
 ~1 GB more on CPU); ``docs/benchmarks.md`` compares it with measured peak RSS.
@@ -21,7 +24,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from grove.core.logprobs import DEFAULT_CHUNK_SIZE
+from grove.core.logprobs import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE, cache_bytes_needed
 
 GiB = 1024**3
 
@@ -80,6 +83,7 @@ class RunShape:
     compute_bytes: int = 4  # 2 under bf16 autocast
     bf16_generation_copy: bool = False  # rollout.bf16_weights
     logits_chunk: int = DEFAULT_CHUNK_SIZE
+    logit_cache_bytes: int = DEFAULT_CACHE_BYTES  # train.logit_cache_mb
 
 
 def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
@@ -99,7 +103,12 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         "bf16 generation copy": 2.0 * m.num_params if r.bf16_generation_copy else 0.0,
         "activations (one micro-batch)": float(tokens * m.layers * per_token_layer * r.compute_bytes),
         "generation KV cache": float(2 * m.layers * m.kv_dim * rows * (r.prompt_tokens + r.max_new_tokens) * r.compute_bytes),
-        "output-projection chunks": float(3 * r.logits_chunk * m.vocab * 4),
     }
+    cache = cache_bytes_needed(r.micro_batch_size * r.max_new_tokens, m.vocab)
+    if cache <= r.logit_cache_bytes:
+        parts["output-projection softmax cache"] = float(cache)
+    else:
+        parts["output-projection chunks"] = float(cache_bytes_needed(r.logits_chunk, m.vocab))
+    parts["output-projection gradient"] = float(4 * m.vocab * m.hidden)
     parts["total"] = sum(parts.values())
     return parts

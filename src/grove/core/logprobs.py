@@ -1,46 +1,182 @@
 """Memory-bounded token log-probs and entropies from final hidden states and the output embedding.
 
 Materialising ``[T, V]`` float32 logits for a whole batch (``T`` = all response tokens, ``V`` ~ 50k-150k) is
-the largest activation of an RL step, and autograd would keep it (and the softmax) alive until backward.
-:func:`token_logprobs_and_entropy` instead processes ``chunk_size`` rows at a time, and when grad is enabled
-wraps each chunk in non-reentrant activation checkpointing: the forward keeps only the per-token outputs,
-and the backward recomputes one chunk's logits at a time. Peak extra memory is ``O(chunk_size * V)``,
-independent of ``T``, at the price of one extra ``hidden @ weight.T`` matmul per chunk in backward.
+the largest activation of an RL step, and plain autograd would keep the logits, the log-softmax and the
+softmax alive until backward. :func:`token_logprobs_and_entropy` is one autograd function with a
+hand-written backward instead:
+
+* forward: per chunk of rows, ``z = hidden @ W.T / τ``; ``log p = z - logsumexp(z)``; returns
+  ``log p[y]`` and ``H = -Σ p log p``.
+* backward, with ``g`` the gradient of the log-prob and ``g_H`` that of the entropy:
+  ``∂L/∂z = onehot(y)·g - p·(g + g_H·(log p + H))`` (from ``∂ log p_y/∂z_k = δ_yk - p_k`` and
+  ``∂H/∂z_k = -p_k (log p_k + H)``), divided by ``τ``; then ``∂L/∂hidden = ∂L/∂z @ W`` and
+  ``∂L/∂W = (∂L/∂z)ᵀ @ hidden``.
+
+Two memory modes, chosen per call by ``cache_bytes``:
+
+* **cache** (the ``[T, V]`` probabilities and log-probs of this call fit in ``cache_bytes``): forward keeps
+  them, backward reuses them. No matmul is recomputed.
+* **recompute** (they don't): forward keeps only ``logsumexp`` per row; backward recomputes one chunk's
+  logits at a time. Peak extra memory is ``O(chunk_size · V)``, independent of ``T``, at the price of one
+  extra ``hidden @ W.T`` per chunk.
+
+Either way the ``[T, V]`` buffers are rewritten in place (one pass per elementwise step), which is what
+makes this cheaper than autograd through ``log_softmax`` + ``exp`` + ``sum`` (measured in
+``docs/benchmarks.md``). Chunks are equal-sized (a 7-row remainder chunk runs its matmuls at a few
+GFLOP/s on CPU).
+
+Matmuls run in the autocast dtype when autocast is on (bf16 on CPU/GPU), else in the inputs' dtype; the
+softmax, the entropy and the gradient of the logits are float32.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "token_logprobs_and_entropy"]
+__all__ = ["DEFAULT_CACHE_BYTES", "DEFAULT_CHUNK_SIZE", "cache_bytes_needed", "token_logprobs_and_entropy"]
 
-# rows of the output projection per chunk: 256 × 49k vocab × 4 B = 50 MB per logits buffer; larger chunks
-# were no faster on the CPU benchmark (the [256, 576] @ [576, 49152] matmul already runs at full speed)
+# rows of the output projection per chunk in recompute mode and in no-grad calls: 256 × 49k vocab × 4 B =
+# 50 MB per buffer; larger chunks were no faster on the CPU benchmark
 DEFAULT_CHUNK_SIZE = 256
+# cache mode up to 512 MiB: a micro-batch of 8 completions × 64 tokens on a 49k vocabulary needs 0.2 GB
+DEFAULT_CACHE_BYTES = 512 * 2**20
 
 
-def _chunk(
-    hidden: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    targets: Tensor,
-    temperature: float,
-    with_entropy: bool,
-) -> tuple[Tensor, Tensor] | Tensor:
-    logits = hidden @ weight.T
+def cache_bytes_needed(rows: int, vocab: int) -> int:
+    """Bytes the cache mode keeps for ``rows`` predicted tokens: float32 probabilities and log-probs."""
+    return 2 * 4 * rows * vocab
+
+
+def _chunks(rows: int, chunk_size: int) -> list[tuple[int, int]]:
+    """``[start, end)`` ranges of at most ``chunk_size`` rows, all of (nearly) the same size."""
+    if rows == 0:
+        return []
+    count = math.ceil(rows / chunk_size)
+    size = math.ceil(rows / count)
+    return [(start, min(rows, start + size)) for start in range(0, rows, size)]
+
+
+def _compute_dtype(hidden: Tensor) -> torch.dtype:
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return hidden.dtype
+
+
+def _logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, temperature: float) -> Tensor:
+    """``[rows, V]`` float32 ``(hidden @ weight.T + bias) / temperature`` (matmul in ``hidden``'s dtype)."""
+    z = hidden @ weight.T
     if bias is not None:
-        logits = logits + bias
-    logits = logits.float()
+        z = z + bias.to(z.dtype)
+    z = z.float()
     if temperature != 1.0:
-        logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)
-    token_logp = logp.gather(-1, targets[:, None]).squeeze(-1)
-    if not with_entropy:
-        return token_logp
-    entropy = -(logp.exp() * logp).sum(dim=-1)
-    return token_logp, entropy
+        z.div_(temperature)
+    return z
+
+
+def _softmax_stats(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Turn logits ``z`` into log-probs in place; return ``(log p (= z), p, logsumexp)``."""
+    shift = z.amax(dim=-1, keepdim=True)
+    z.sub_(shift)
+    p = z.exp()
+    total = p.sum(dim=-1, keepdim=True)
+    log_total = total.log()
+    z.sub_(log_total)
+    p.div_(total)
+    return z, p, (shift + log_total).squeeze(-1)
+
+
+def _row_dot(a: Tensor, b: Tensor) -> Tensor:
+    """``(a * b).sum(-1)`` without the ``[rows, V]`` temporary."""
+    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
+
+
+class _OutputProjectionLogprobs(torch.autograd.Function):
+    """``(log p[y], H)`` of ``softmax((hidden @ W.T + b) / τ)``; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, cache):
+        ctx.set_materialize_grads(False)
+        dtype = _compute_dtype(hidden)
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w = hidden.to(dtype), weight.to(dtype)
+            b = bias.to(dtype) if bias is not None else None
+            ranges = [(0, hidden.shape[0])] if cache else _chunks(hidden.shape[0], chunk_size)
+            logps, entropies, lses, kept = [], [], [], []
+            for start, end in ranges:
+                logp, p, lse = _softmax_stats(_logits(h[start:end], w, b, temperature))
+                logps.append(logp.gather(-1, targets[start:end, None]).squeeze(-1))
+                entropies.append(-_row_dot(p, logp))
+                lses.append(lse)
+                if cache:
+                    kept.append((logp, p))
+        token_logp, entropy, lse = (torch.cat(t) for t in (logps, entropies, lses))
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        ctx.kept, ctx.ranges, ctx.dtype, ctx.temperature = kept, ranges, dtype, temperature
+        return token_logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+        kept, ctx.kept = ctx.kept, []  # cached buffers are consumed (rewritten in place) below
+        if grad_logp is None and grad_entropy is None:
+            return (None,) * 7
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        grad_b = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_b else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w = hidden.to(ctx.dtype), weight.to(ctx.dtype)
+            b = bias.to(ctx.dtype) if bias is not None else None
+            for i, (start, end) in enumerate(ctx.ranges):
+                rows = slice(start, end)
+                if kept:
+                    logp, p = kept[i]
+                else:  # recompute mode, or a second backward through a retained graph
+                    logp = _logits(h[rows], w, b, ctx.temperature).sub_(lse[rows, None])
+                    p = logp.exp()
+                # ∂L/∂z = onehot(y)·g - p·(g + g_H·(log p + H)), built in place in one [rows, V] buffer
+                if grad_entropy is not None:
+                    grad_z = logp.add_(entropy[rows, None]).mul_(grad_entropy[rows, None])
+                    if grad_logp is not None:
+                        grad_z.add_(grad_logp[rows, None])
+                    grad_z.mul_(p).neg_()
+                else:
+                    grad_z = p.mul_(-grad_logp[rows, None])
+                if grad_logp is not None:
+                    grad_z.scatter_add_(-1, targets[rows, None], grad_logp[rows, None])
+                if ctx.temperature != 1.0:
+                    grad_z.div_(ctx.temperature)
+                if grad_b is not None:
+                    grad_b.add_(grad_z.sum(dim=0))
+                grad_z = grad_z.to(ctx.dtype)
+                if grad_h is not None:
+                    grad_h[rows] = grad_z @ w
+                if grad_w is not None:
+                    grad_w.add_((grad_z.T @ h[rows]).float())
+        return (
+            grad_h,
+            grad_w.to(weight.dtype) if grad_w is not None else None,
+            grad_b.to(bias.dtype) if grad_b is not None else None,
+            None, None, None, None,
+        )
+
+
+def _no_grad_logprobs(hidden, weight, bias, targets, temperature, chunk_size, with_entropy):
+    dtype = _compute_dtype(hidden)
+    with torch.autocast(hidden.device.type, enabled=False):
+        h, w = hidden.to(dtype), weight.to(dtype)
+        b = bias.to(dtype) if bias is not None else None
+        logps, entropies = [], []
+        for start, end in _chunks(hidden.shape[0], chunk_size):
+            logp, p, _ = _softmax_stats(_logits(h[start:end], w, b, temperature))
+            logps.append(logp.gather(-1, targets[start:end, None]).squeeze(-1))
+            if with_entropy:
+                entropies.append(-_row_dot(p, logp))
+    return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
 
 
 def token_logprobs_and_entropy(
@@ -49,25 +185,28 @@ def token_logprobs_and_entropy(
     targets: Tensor,
     *,
     temperature: float = 1.0,
-    chunk_size: int = 1024,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     with_entropy: bool = True,
     bias: Tensor | None = None,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-prob of ``targets`` and entropy under ``softmax(hidden @ weight.T + bias) / temperature)``.
+    """Log-prob of ``targets`` and entropy under ``softmax((hidden @ weight.T + bias) / temperature)``.
 
     Args:
         hidden: ``[T, H]`` final hidden states (after the final norm), one per predicted token.
         weight: ``[V, H]`` output embedding (``lm_head.weight``).
         targets: ``[T]`` token ids whose log-probs are wanted.
         temperature: logits are divided by it (the tempered policy the sampler drew from).
-        chunk_size: rows of ``hidden`` per chunk; bounds the live ``[chunk, V]`` float32 logits.
+        chunk_size: rows per chunk where memory is bounded (no-grad calls and recompute mode).
         with_entropy: also return the per-token entropy of the (tempered) distribution.
         bias: optional ``[V]`` output bias.
+        cache_bytes: with grad, keep the ``[T, V]`` probabilities and log-probs for backward when they fit
+            in this many bytes (:func:`cache_bytes_needed`); otherwise recompute them chunk by chunk in
+            backward. ``0`` always recomputes.
 
     Returns:
         ``(logprobs [T], entropy [T] or None)`` in float32. Both carry grad when the inputs do (the
-        caller detaches the entropy if it only logs it). The matmul runs in the inputs' dtype; the
-        softmax in float32.
+        caller detaches the entropy if it only logs it; an unused entropy costs no backward work).
     """
     if hidden.dim() != 2 or weight.dim() != 2 or targets.shape != hidden.shape[:1]:
         raise ValueError(
@@ -78,25 +217,17 @@ def token_logprobs_and_entropy(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if cache_bytes < 0:
+        raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
     targets = targets.long()
+    if hidden.shape[0] == 0:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if with_entropy else None)
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (hidden, weight, bias)
     )
-    logps: list[Tensor] = []
-    entropies: list[Tensor] = []
-    for start in range(0, hidden.shape[0], chunk_size):
-        args = (hidden[start : start + chunk_size], weight, bias, targets[start : start + chunk_size],
-                temperature, with_entropy)
-        out = checkpoint(_chunk, *args, use_reentrant=False) if needs_grad else _chunk(*args)
-        if with_entropy:
-            logps.append(out[0])
-            entropies.append(out[1])
-        else:
-            logps.append(out)
-    if not logps:  # T == 0
-        empty = hidden.new_zeros(0, dtype=torch.float32)
-        return empty, (empty if with_entropy else None)
-    logp = torch.cat(logps) if len(logps) > 1 else logps[0]
-    if not with_entropy:
-        return logp, None
-    return logp, (torch.cat(entropies) if len(entropies) > 1 else entropies[0])
+    if not needs_grad:
+        return _no_grad_logprobs(hidden, weight, bias, targets, temperature, chunk_size, with_entropy)
+    cache = cache_bytes_needed(hidden.shape[0], weight.shape[0]) <= cache_bytes
+    logp, entropy = _OutputProjectionLogprobs.apply(hidden, weight, bias, targets, temperature, chunk_size, cache)
+    return logp, (entropy if with_entropy else None)

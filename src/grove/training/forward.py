@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from grove.batch import RolloutBatch
-from grove.core.logprobs import DEFAULT_CHUNK_SIZE, token_logprobs_and_entropy
+from grove.core.logprobs import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE, token_logprobs_and_entropy
 
 __all__ = [
     "FORWARD_LAYOUTS",
@@ -49,6 +49,7 @@ def policy_forward(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> tuple[Tensor, Tensor | None]:
     """``(logprobs [N, R], entropy [N, R] or None)`` of the response tokens, float32, zeros at response pads.
 
@@ -73,7 +74,8 @@ def policy_forward(
     ).last_hidden_state
     hidden = hidden[:, p - 1 : p + r - 1]  # the state at position t predicts token t + 1
     selected = hidden[response_mask.bool()]  # the states that predict real response tokens
-    return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size)
+    return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size,
+                              cache_bytes)
 
 
 def _selected_logprobs(
@@ -84,6 +86,7 @@ def _selected_logprobs(
     temperature: float,
     with_entropy: bool,
     chunk_size: int,
+    cache_bytes: int,
 ) -> tuple[Tensor, Tensor | None]:
     """``[N, R]`` log-probs/entropies from the predicting states of the real response tokens, ``hidden
     [num tokens, H]`` in row-major order of ``response_mask``."""
@@ -96,6 +99,7 @@ def _selected_logprobs(
         response_ids[keep],
         temperature=temperature,
         chunk_size=chunk_size,
+        cache_bytes=cache_bytes,
         with_entropy=with_entropy,
         bias=getattr(head, "bias", None),
     )
@@ -129,6 +133,7 @@ def policy_forward_shared_prefix(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> tuple[Tensor, Tensor | None]:
     """:func:`policy_forward` computing each shared prompt once (the Prefix Grouper idea).
 
@@ -164,7 +169,8 @@ def policy_forward_shared_prefix(
     # the prompt's last state predicts response token 0; response state t predicts token t + 1
     hidden = torch.cat([prefix[inverse, -1:], out[:, :-1]], dim=1)
     selected = hidden[response_mask.bool()]  # the states that predict real response tokens
-    return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size)
+    return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size,
+                              cache_bytes)
 
 
 @dataclass(frozen=True)
@@ -261,6 +267,7 @@ def policy_forward_packed(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> tuple[Tensor, Tensor | None]:
     """:func:`policy_forward` on padding-free packed rows: each distinct prompt once, no padding compute.
 
@@ -287,7 +294,8 @@ def policy_forward_packed(
         use_cache=False,
     ).last_hidden_state
     selected = hidden[layout.predictor_row, layout.predictor_col]
-    return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size)
+    return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size,
+                              cache_bytes)
 
 
 def _packed(model, mb, **kw):
@@ -316,7 +324,7 @@ def response_logprobs(model: nn.Module, batch: RolloutBatch, layout: str = "pack
     ``packed`` and ``shared_prefix`` encode a group's prompt once when its rows really share it
     (``group_index`` + :func:`shares_prefixes`); otherwise ``packed`` gives each sample its own
     padding-free row and ``shared_prefix`` falls back to ``padded``. Keyword arguments go to the forward
-    (``temperature``, ``with_entropy``, ``chunk_size``).
+    (``temperature``, ``with_entropy``, ``chunk_size``, ``cache_bytes``).
     """
     if layout not in FORWARD_LAYOUTS:
         raise ValueError(f"unknown training-forward layout {layout!r}; choose one of {sorted(FORWARD_LAYOUTS)}")

@@ -40,6 +40,7 @@ from grove.training.metrics import step_metrics
 from grove.training.optim import build_optimizer
 from grove.training.precision import autocast
 from grove.training.progress import TrainProgress
+from grove.training.runtime import configure_runtime, release_host_memory
 from grove.training.sampler import PromptSampler
 from grove.training.selection import SampleSelection, TokenSelection, select_rollouts
 from grove.training.update import Coefficients, LossComponents, UpdateSchedule, policy_update
@@ -60,6 +61,7 @@ def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
         kl_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.coef > 0 and a.kl.placement == "loss" else None,
         temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
         max_response_length=cfg.rollout.max_new_tokens,
+        logit_cache_bytes=int(cfg.train.logit_cache_mb * 2**20),
         forward=cfg.train.forward,
         precision=cfg.train.precision,
         token_selection=TokenSelection(cfg.selection.tokens.scope) if cfg.selection.tokens is not None else None,
@@ -82,8 +84,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = run_dir
         self.resume_from = self._prepare_run_dir(resume)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        configure_runtime(cfg.threads, cfg.host_allocator)
         seed_everything(cfg.seed)
 
         self.task = build_task(cfg.task)
@@ -261,6 +262,7 @@ class Trainer:
         kl = cfg.algorithm.kl
         with autocast(cfg.train.precision):
             exp = self._collect()
+        release_host_memory()  # generation's freed KV cache goes back to the OS before the update
         batch, selection_stats = self._select_rollouts(exp)
         t_train = time.perf_counter()
         if self.schedule.recompute_old_logprobs:
@@ -278,6 +280,7 @@ class Trainer:
         )
         if self.generation_weights is not None:
             self.generation_weights.refresh(self.model)
+        release_host_memory()
         t_end = time.perf_counter()
         observed_kl = update.get("kl", exp.stats.get("kl_in_reward"))
         if observed_kl is not None:

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.core.aggregation import AggregationScale
-from grove.core.logprobs import DEFAULT_CHUNK_SIZE
+from grove.core.logprobs import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE
 from grove.training.forward import response_logprobs
 from grove.training.precision import autocast
 from grove.training.selection import (
@@ -47,6 +47,7 @@ class LossComponents:
     temperature: float
     max_response_length: int
     chunk_size: int = DEFAULT_CHUNK_SIZE
+    logit_cache_bytes: int = DEFAULT_CACHE_BYTES  # softmax of a micro-batch kept for backward up to this size
     forward: str = "padded"  # training-forward layout: "packed" | "shared_prefix" | "padded" (grove.training.forward)
     precision: str = "fp32"  # "bf16": forward under bfloat16 autocast
     token_selection: TokenSelection | None = None  # D^3S token-level down-sampling (grove.training.selection)
@@ -133,7 +134,8 @@ def micro_batch_loss(
     """Loss of one micro-batch (already divided by the global scale), its per-token statistics, the
     rollout-vs-training log-prob mismatch and the mask of the tokens in the loss (after token selection)."""
     logprobs, entropy = response_logprobs(
-        model, mb, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size
+        model, mb, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size,
+        cache_bytes=parts.logit_cache_bytes,
     )
     mask = mb.loss_mask.to(logprobs.dtype)
     if _selects_in_loss(parts, coefs):

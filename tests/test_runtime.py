@@ -1,0 +1,104 @@
+"""Process runtime settings: torch threads and the host allocator policy (``host_allocator``)."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import pytest
+import torch
+
+from grove.config import ConfigError, load_config
+from grove.training import runtime
+from grove.training.trainer import resolve_loss_components
+
+glibc = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"),
+    reason="mallopt semantics are glibc's",
+)
+
+
+def test_system_policy_changes_nothing() -> None:
+    assert runtime.configure_host_allocator("system") is False
+
+
+def test_unknown_policy_is_rejected() -> None:
+    with pytest.raises(ValueError, match="host_allocator"):
+        runtime.configure_host_allocator("jemalloc")
+
+
+@glibc
+def test_retain_sets_glibc_thresholds_once(monkeypatch) -> None:
+    calls: list[tuple[int, int]] = []
+
+    class FakeLibc:
+        def gnu_get_libc_version(self):
+            return b"2.36"
+
+        class mallopt:  # noqa: N801  (stands in for the C function)
+            argtypes = restype = None
+
+            def __new__(cls, param, value):
+                calls.append((param, value))
+                return 1
+
+    monkeypatch.setattr(runtime, "_applied", None)
+    monkeypatch.setattr(runtime.ctypes, "CDLL", lambda name: FakeLibc())
+    assert runtime.configure_host_allocator("retain") is True
+    assert calls == [(-3, 1 << 30), (-1, (1 << 31) - 1)]  # M_MMAP_THRESHOLD 1 GiB, M_TRIM_THRESHOLD ~2 GiB
+    assert runtime.configure_host_allocator("retain") is True and len(calls) == 2  # applied once per process
+
+
+@glibc
+def test_retain_falls_back_to_glibc_maximum_when_refused(monkeypatch) -> None:
+    calls: list[tuple[int, int]] = []
+
+    class FakeLibc:
+        def gnu_get_libc_version(self):
+            return b"2.17"
+
+        class mallopt:  # noqa: N801
+            argtypes = restype = None
+
+            def __new__(cls, param, value):
+                calls.append((param, value))
+                return 0 if value > 32 << 20 and param == -3 else 1
+
+    monkeypatch.setattr(runtime, "_applied", None)
+    monkeypatch.setattr(runtime.ctypes, "CDLL", lambda name: FakeLibc())
+    assert runtime.configure_host_allocator("retain") is True
+    assert calls[:2] == [(-3, 1 << 30), (-3, 32 << 20)]
+
+
+def test_retain_is_a_no_op_without_glibc(monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "_applied", None)
+    monkeypatch.setattr(runtime.sys, "platform", "darwin")
+    assert runtime.configure_host_allocator("retain") is False
+
+
+@glibc
+def test_retain_really_applies_in_this_process() -> None:
+    assert runtime.configure_host_allocator("retain") is True
+    buffer = torch.empty(64 * 2**20 // 4)  # a 64 MiB tensor now comes from the heap; still usable
+    buffer.fill_(1.0)
+    assert float(buffer.sum()) == buffer.numel()
+
+
+def test_configure_runtime_sets_threads() -> None:
+    before = torch.get_num_threads()
+    try:
+        runtime.configure_runtime(1, "system")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_config_fields_validate_and_reach_the_loss_components() -> None:
+    cfg = load_config("examples/arithmetic.yaml", ["train.logit_cache_mb=0", "host_allocator=system"])
+    assert cfg.host_allocator == "system"
+    assert resolve_loss_components(cfg).logit_cache_bytes == 0
+    assert resolve_loss_components(load_config("examples/arithmetic.yaml", [])).logit_cache_bytes == 512 * 2**20
+    with pytest.raises(ConfigError, match="host_allocator"):
+        load_config("examples/arithmetic.yaml", ["host_allocator=tcmalloc"])
+    with pytest.raises(ConfigError, match="logit_cache_mb"):
+        load_config("examples/arithmetic.yaml", ["train.logit_cache_mb=-1"])
