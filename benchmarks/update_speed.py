@@ -6,6 +6,9 @@ update from the same weights, alternating A/B/A/B in this one process; medians a
 first variant are printed.
 
     python benchmarks/update_speed.py --repeats 3 --variants padded-fp32 shared-fp32 packed-fp32 packed-bf16
+
+Config overrides (``--set``) reach the update (e.g. ``train.logit_cache_mb=0``) and the process
+(``host_allocator=system``; the allocator policy is process-wide, so compare it across two runs).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from grove.tasks.base import build_task
 from grove.training.collect import ExperienceSettings, collect_experience
 from grove.training.optim import build_optimizer
 from grove.training.precision import autocast
+from grove.training.runtime import configure_runtime
 from grove.training.sampler import PromptSampler
 from grove.training.trainer import resolve_loss_components, resolve_rewards
 from grove.training.update import UpdateSchedule, policy_update
@@ -43,8 +47,8 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override, e.g. --set rollout.temperature=1.0 --set rollout.max_new_tokens=64")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     cfg = load_config(args.config, args.overrides)
+    configure_runtime(args.threads, cfg.host_allocator)
     model, tokenizer = load_policy(cfg.model.name)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     task = build_task(cfg.task)
