@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import types
 
 import pytest
 import torch
@@ -27,47 +28,42 @@ def test_unknown_policy_is_rejected() -> None:
         runtime.configure_host_allocator("jemalloc")
 
 
-@glibc
+def _fake_glibc(monkeypatch, calls: list[tuple[int, int]], refuse_mmap_above: int | None = None) -> None:
+    """Stand in for glibc: record ``mallopt`` calls, optionally refusing large mmap thresholds."""
+
+    def mallopt(param: int, value: int) -> int:
+        calls.append((param, value))
+        return 0 if refuse_mmap_above is not None and param == -3 and value > refuse_mmap_above else 1
+
+    libc = types.SimpleNamespace(gnu_get_libc_version=lambda: b"2.36", mallopt=mallopt)
+    monkeypatch.setattr(runtime, "_applied", None)
+    monkeypatch.setattr(runtime, "_libc", None)
+    monkeypatch.setattr(runtime.sys, "platform", "linux")
+    monkeypatch.setattr(runtime.ctypes, "CDLL", lambda name: libc)
+
+
 def test_retain_sets_glibc_thresholds_once(monkeypatch) -> None:
     calls: list[tuple[int, int]] = []
-
-    class FakeLibc:
-        def gnu_get_libc_version(self):
-            return b"2.36"
-
-        class mallopt:  # noqa: N801  (stands in for the C function)
-            argtypes = restype = None
-
-            def __new__(cls, param, value):
-                calls.append((param, value))
-                return 1
-
-    monkeypatch.setattr(runtime, "_applied", None)
-    monkeypatch.setattr(runtime.ctypes, "CDLL", lambda name: FakeLibc())
+    _fake_glibc(monkeypatch, calls)
     assert runtime.configure_host_allocator("retain") is True
     assert calls == [(-3, 1 << 30), (-1, (1 << 31) - 1)]  # M_MMAP_THRESHOLD 1 GiB, M_TRIM_THRESHOLD ~2 GiB
     assert runtime.configure_host_allocator("retain") is True and len(calls) == 2  # applied once per process
 
 
-@glibc
 def test_retain_falls_back_to_glibc_maximum_when_refused(monkeypatch) -> None:
     calls: list[tuple[int, int]] = []
-
-    class FakeLibc:
-        def gnu_get_libc_version(self):
-            return b"2.17"
-
-        class mallopt:  # noqa: N801
-            argtypes = restype = None
-
-            def __new__(cls, param, value):
-                calls.append((param, value))
-                return 0 if value > 32 << 20 and param == -3 else 1
-
-    monkeypatch.setattr(runtime, "_applied", None)
-    monkeypatch.setattr(runtime.ctypes, "CDLL", lambda name: FakeLibc())
+    _fake_glibc(monkeypatch, calls, refuse_mmap_above=32 << 20)
     assert runtime.configure_host_allocator("retain") is True
     assert calls[:2] == [(-3, 1 << 30), (-3, 32 << 20)]
+
+
+def test_release_host_memory_trims_only_under_retain(monkeypatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(runtime, "_libc", None)
+    runtime.release_host_memory()  # system / not applied: nothing to call
+    monkeypatch.setattr(runtime, "_libc", types.SimpleNamespace(malloc_trim=trims.append))
+    runtime.release_host_memory()
+    assert trims == [0]
 
 
 def test_retain_is_a_no_op_without_glibc(monkeypatch) -> None:
