@@ -94,26 +94,40 @@ def _row_dot(a: Tensor, b: Tensor) -> Tensor:
     return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
 
 
+def _operands(hidden: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype):
+    return hidden.to(dtype), weight.to(dtype), (bias.to(dtype) if bias is not None else None)
+
+
+def _project(hidden, weight, bias, targets, temperature, ranges, *, with_entropy, keep):
+    """Per row range: the token log-probs, entropies (if ``with_entropy``) and logsumexps, concatenated,
+    plus each range's ``(log p, p)`` buffers when ``keep``, and the matmul dtype. Runs with autocast off
+    (the autocast dtype, if any, is applied explicitly)."""
+    dtype = _compute_dtype(hidden)
+    logps, entropies, lses, kept = [], [], [], []
+    with torch.autocast(hidden.device.type, enabled=False):
+        h, w, b = _operands(hidden, weight, bias, dtype)
+        for start, end in ranges:
+            logp, p, lse = _softmax_stats(_logits(h[start:end], w, b, temperature))
+            logps.append(logp.gather(-1, targets[start:end, None]).squeeze(-1))
+            if with_entropy:
+                entropies.append(-_row_dot(p, logp))
+            lses.append(lse)
+            if keep:
+                kept.append((logp, p))
+    entropy = torch.cat(entropies) if with_entropy else None
+    return torch.cat(logps), entropy, torch.cat(lses), kept, dtype
+
+
 class _OutputProjectionLogprobs(torch.autograd.Function):
     """``(log p[y], H)`` of ``softmax((hidden @ W.T + b) / τ)``; see the module docstring."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, cache):
         ctx.set_materialize_grads(False)
-        dtype = _compute_dtype(hidden)
-        with torch.autocast(hidden.device.type, enabled=False):
-            h, w = hidden.to(dtype), weight.to(dtype)
-            b = bias.to(dtype) if bias is not None else None
-            ranges = [(0, hidden.shape[0])] if cache else _chunks(hidden.shape[0], chunk_size)
-            logps, entropies, lses, kept = [], [], [], []
-            for start, end in ranges:
-                logp, p, lse = _softmax_stats(_logits(h[start:end], w, b, temperature))
-                logps.append(logp.gather(-1, targets[start:end, None]).squeeze(-1))
-                entropies.append(-_row_dot(p, logp))
-                lses.append(lse)
-                if cache:
-                    kept.append((logp, p))
-        token_logp, entropy, lse = (torch.cat(t) for t in (logps, entropies, lses))
+        ranges = [(0, hidden.shape[0])] if cache else _chunks(hidden.shape[0], chunk_size)
+        token_logp, entropy, lse, kept, dtype = _project(
+            hidden, weight, bias, targets, temperature, ranges, with_entropy=True, keep=cache
+        )
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.kept, ctx.ranges, ctx.dtype, ctx.temperature = kept, ranges, dtype, temperature
         return token_logp, entropy
@@ -129,8 +143,7 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
         grad_b = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_b else None
         with torch.autocast(hidden.device.type, enabled=False):
-            h, w = hidden.to(ctx.dtype), weight.to(ctx.dtype)
-            b = bias.to(ctx.dtype) if bias is not None else None
+            h, w, b = _operands(hidden, weight, bias, ctx.dtype)
             for i, (start, end) in enumerate(ctx.ranges):
                 rows = slice(start, end)
                 if kept:
@@ -166,20 +179,6 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
             grad_b.to(bias.dtype) if grad_b is not None else None,
             None, None, None, None,
         )
-
-
-def _no_grad_logprobs(hidden, weight, bias, targets, temperature, chunk_size, with_entropy):
-    dtype = _compute_dtype(hidden)
-    with torch.autocast(hidden.device.type, enabled=False):
-        h, w = hidden.to(dtype), weight.to(dtype)
-        b = bias.to(dtype) if bias is not None else None
-        logps, entropies = [], []
-        for start, end in _chunks(hidden.shape[0], chunk_size):
-            logp, p, _ = _softmax_stats(_logits(h[start:end], w, b, temperature))
-            logps.append(logp.gather(-1, targets[start:end, None]).squeeze(-1))
-            if with_entropy:
-                entropies.append(-_row_dot(p, logp))
-    return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
 
 
 def token_logprobs_and_entropy(
@@ -230,7 +229,10 @@ def token_logprobs_and_entropy(
         t is not None and t.requires_grad for t in (hidden, weight, bias)
     )
     if not needs_grad:
-        return _no_grad_logprobs(hidden, weight, bias, targets, temperature, chunk_size, with_entropy)
+        ranges = _chunks(hidden.shape[0], chunk_size)
+        logp, entropy, *_ = _project(hidden, weight, bias, targets, temperature, ranges, with_entropy=with_entropy,
+                                     keep=False)
+        return logp, entropy
     cache = cache_bytes_needed(hidden.shape[0], weight.shape[0]) <= cache_bytes
     logp, entropy = _OutputProjectionLogprobs.apply(hidden, weight, bias, targets, temperature, chunk_size, cache)
     return logp, (entropy if with_entropy else None)
