@@ -36,7 +36,6 @@ def _fake_glibc(monkeypatch, calls: list[tuple[int, int]], refuse_mmap_above: in
         return 0 if refuse_mmap_above is not None and param == -3 and value > refuse_mmap_above else 1
 
     libc = types.SimpleNamespace(gnu_get_libc_version=lambda: b"2.36", mallopt=mallopt)
-    monkeypatch.setattr(runtime, "_applied", None)
     monkeypatch.setattr(runtime, "_libc", None)
     monkeypatch.setattr(runtime.sys, "platform", "linux")
     monkeypatch.setattr(runtime.ctypes, "CDLL", lambda name: libc)
@@ -67,7 +66,7 @@ def test_release_host_memory_trims_only_under_retain(monkeypatch) -> None:
 
 
 def test_retain_is_a_no_op_without_glibc(monkeypatch) -> None:
-    monkeypatch.setattr(runtime, "_applied", None)
+    monkeypatch.setattr(runtime, "_libc", None)
     monkeypatch.setattr(runtime.sys, "platform", "darwin")
     assert runtime.configure_host_allocator("retain") is False
 

@@ -7,8 +7,8 @@ allocates and frees ``[tokens, vocab]`` float32 buffers of 50-200 MB many times,
 page-faulted in again (a 64 MB ``exp`` measured 27 ms into a fresh buffer vs 7 ms into a reused one).
 ``retain`` raises the mmap threshold to 1 GiB and the trim threshold to 2 GiB with ``mallopt``, so those
 buffers are recycled inside the heap; it is the effect the PyTorch CPU tuning guide gets from jemalloc or
-tcmalloc via ``LD_PRELOAD``, without a preload. Measured on the CPU benchmark: the policy update 14% faster,
-peak RSS +0.2 GB (``docs/benchmarks.md``).
+tcmalloc via ``LD_PRELOAD``, without a preload. Measured in the trainer on the TRL benchmark: the policy
+update ≈ 7% faster, peak RSS +0-0.16 GB (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ _MMAP_THRESHOLD = 1 << 30  # allocations below 1 GiB come from the heap ...
 _FALLBACK_MMAP_THRESHOLD = 32 << 20  # ... or below glibc's own maximum where a larger value is refused
 _TRIM_THRESHOLD = (1 << 31) - 1  # and up to ~2 GiB of freed heap stays mapped (mallopt takes an int)
 
-_applied: str | None = None
-_libc: ctypes.CDLL | None = None
+_libc: ctypes.CDLL | None = None  # glibc, once ``retain`` has been applied to this process
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -54,12 +53,12 @@ def configure_host_allocator(policy: str) -> bool:
     ``system`` changes nothing. ``retain`` is applied once per process (mallopt settings are global and
     cannot be scoped) and is a no-op, with a log line, where the C library is not glibc.
     """
-    global _applied
+    global _libc
     if policy not in ("retain", "system"):
         raise ValueError(f"host_allocator must be 'retain' or 'system', got {policy!r}")
     if policy == "system":
         return False
-    if _applied is not None:
+    if _libc is not None:
         return True
     libc = _glibc()
     if libc is None:
@@ -72,10 +71,9 @@ def configure_host_allocator(policy: str) -> bool:
             log.warning("host_allocator: retain: mallopt(M_MMAP_THRESHOLD) was refused; allocator unchanged")
             return False
     libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
-    global _libc
     _libc = libc
-    _applied = f"mmap threshold {threshold >> 20} MiB, trim threshold {_TRIM_THRESHOLD >> 20} MiB"
-    log.info("host_allocator: retain (%s)", _applied)
+    log.info("host_allocator: retain (mmap threshold %d MiB, trim threshold %d MiB)", threshold >> 20,
+             _TRIM_THRESHOLD >> 20)
     return True
 
 
