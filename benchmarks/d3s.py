@@ -27,12 +27,12 @@ from pathlib import Path
 import matplotlib
 from compare_algorithms import read
 
-from grove.presets import PRESETS
+from grove.config.presets import PRESETS
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-SELECTION = json.dumps(PRESETS["d3s"]["selection"])  # JSON is YAML flow syntax
+SELECTION = json.dumps(PRESETS["d3s"].settings["selection"])  # JSON is YAML flow syntax
 VARIANTS = {
     "grpo": ["algorithm={preset: grpo}"],
     "grpo+d3s": ["algorithm={preset: d3s}"],

@@ -21,18 +21,19 @@ import torch
 
 import grove.builtin_components  # noqa: F401
 from grove.config import load_config
+from grove.infra.precision import autocast
+from grove.infra.runtime import configure_runtime
 from grove.models.loading import load_policy
+from grove.pipeline.collect import ExperienceSettings, collect_experience
+from grove.pipeline.update import UpdateSchedule, policy_update
 from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.rewards.loading import resolve_rewards
 from grove.rollout.base import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 from grove.tasks.base import build_task
-from grove.training.collect import ExperienceSettings, collect_experience
 from grove.training.optim import build_optimizer
-from grove.training.precision import autocast
-from grove.training.runtime import configure_runtime
-from grove.training.sampler import PromptSampler
-from grove.training.trainer import resolve_loss_components, resolve_rewards
-from grove.training.update import UpdateSchedule, policy_update
+from grove.training.prompt_sampler import PromptSampler
+from grove.training.trainer import resolve_loss_components
 
 LAYOUTS = {"padded": "padded", "shared": "shared_prefix", "packed": "packed"}
 
@@ -62,7 +63,7 @@ def main() -> None:
         groups=cfg.train.prompts_per_step,
         completions_per_group=cfg.train.completions_per_prompt,
         sampling=SamplingParams(temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens),
-        rewards=resolve_rewards(cfg),
+        rewards=resolve_rewards(cfg.rewards),
         advantage_fn=ADVANTAGE_ESTIMATORS.get("grpo"),
         advantage_params=ADVANTAGE_ESTIMATORS.validate_params("grpo", {}),
     )

@@ -8,12 +8,12 @@ import torch
 import grove.builtin_components  # noqa: F401
 from grove.batch import concat_batches
 from grove.core.shaping import informative_groups, soft_overlong_penalty
+from grove.pipeline.coefficients import EntropyController, KLController
+from grove.pipeline.collect import ExperienceSettings, KLInReward, collect_experience
 from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, NoParams
 from grove.rewards.loading import resolve_reward
 from grove.rollout.base import RolloutOutput, SamplingParams
 from grove.tasks.base import Example
-from grove.training.collect import ExperienceSettings, KLInReward, collect_experience
-from grove.training.controllers import EntropyController, KLController
 
 
 class ScriptedEngine:

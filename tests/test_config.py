@@ -155,7 +155,7 @@ def test_two_grpo_preset_sets_group_size_and_unknown_preset_errors():
 
 
 def test_every_preset_validates():
-    from grove.presets import PRESETS
+    from grove.config.presets import PRESETS
 
     for name in PRESETS:
         assert load_config(None, [f"algorithm.preset={name}"]).algorithm.preset == name

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 import grove.core  # noqa: F401  (registration)
 from grove.batch import RolloutBatch
-from grove.core.advantages import GroupNormParams, GRPOParams, NormConfig, normalize_scores
+from grove.core.advantages.group_norm import GroupNormParams, GRPOParams, NormConfig, normalize_scores
 from grove.registry import ADVANTAGE_ESTIMATORS, NoParams, UnknownComponentError
 
 EPS = 1e-6

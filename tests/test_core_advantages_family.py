@@ -17,10 +17,11 @@ import torch
 from pydantic import ValidationError
 
 import grove.core  # noqa: F401  (registration)
-from grove.core.advantages import GRPOParams
-from grove.core.advantages_baselines import GPGParams, LitePPOParams
-from grove.core.advantages_passk import BNPOParams, GRPOPassKParams, PassKAnalyticParams
-from grove.core.advantages_reinforce import (
+from grove.core.advantages.bnpo import BNPOParams
+from grove.core.advantages.gpg import GPGParams
+from grove.core.advantages.group_norm import GRPOParams, LitePPOParams
+from grove.core.advantages.passk import GRPOPassKParams, PassKAnalyticParams
+from grove.core.advantages.reinforce_pp import (
     ReinforcePPBaselineParams,
     ReinforcePPParams,
     masked_whiten,

@@ -1,4 +1,4 @@
-"""Pass@k-style and BNPO advantage estimators (grove.core.advantages_passk) against hand values and
+"""Pass@k-style and BNPO advantage estimators (grove.core.advantages.passk) against hand values and
 loop transcriptions of verl's and the BNPO authors' code. Shared helpers live in test_core_advantages_family.py."""
 
 
@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 import grove.core  # noqa: F401  (registration)
 from grove.core.advantages import NormConfig, normalize_scores
-from grove.core.advantages_passk import BNPOParams, GRPOPassKParams, PassKAnalyticParams, beta_parameters
+from grove.core.advantages.bnpo import BNPOParams, beta_parameters
+from grove.core.advantages.passk import GRPOPassKParams, PassKAnalyticParams
 from test_core_advantages import make_test_batch
 from test_core_advantages_family import EPS, SEEDS, estimator, first_token, random_case, ref_groups
 

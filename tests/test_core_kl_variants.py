@@ -9,8 +9,7 @@ import torch
 
 import grove.core  # noqa: F401  (registration)
 from grove.config import load_config
-from grove.core.kl import k1, k2, k3, low_var_k3
-from grove.core.kl_variants import abs_kl, k1_st, k3_st, low_var_k3_st
+from grove.core.kl import abs_kl, k1, k1_st, k2, k3, k3_st, low_var_k3, low_var_k3_st
 from grove.registry import KL_ESTIMATORS
 
 F64 = torch.float64

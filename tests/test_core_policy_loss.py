@@ -7,7 +7,8 @@ import torch
 from pydantic import ValidationError
 
 import grove.core  # noqa: F401  (registration)
-from grove.core.policy_loss import PolicyLossOutput, PPOClipParams, ppo_clip
+from grove.core.losses import PolicyLossInput, PolicyLossOutput
+from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.registry import POLICY_LOSSES, UnknownComponentError
 
 
@@ -17,7 +18,7 @@ def run(ratios, advantages, mask=None, **params):
     logp = ratios.log().requires_grad_(True)
     adv = torch.tensor([advantages], dtype=torch.float64)
     mask = torch.ones_like(adv) if mask is None else torch.tensor([mask], dtype=torch.float64)
-    out = ppo_clip(logp, old, adv, mask, PPOClipParams(**params))
+    out = ppo_clip(PolicyLossInput(logp, old, adv, mask), PPOClipParams(**params))
     return out, logp
 
 
@@ -76,7 +77,7 @@ def test_on_policy_ratio_one_no_clip_gradient_is_minus_a_grad_logp():
     adv = torch.randn(3, 5)
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [0, 1, 1, 1, 0]])
     out = ppo_clip(
-        logp, logp.detach(), adv, mask, PPOClipParams(clip_low=0.1, clip_high=0.1, dual_clip_c=2.0)
+        PolicyLossInput(logp, logp.detach(), adv, mask), PPOClipParams(clip_low=0.1, clip_high=0.1, dual_clip_c=2.0)
     )
     m = mask.float()
     torch.testing.assert_close(out.token_stats["ratio"], m)
@@ -92,7 +93,7 @@ def test_masked_tokens_are_zero_even_with_garbage():
     logp = torch.tensor([[0.0, -math.inf, float("nan")]])
     old = torch.tensor([[0.0, 0.0, 0.0]])
     adv = torch.tensor([[1.0, 1.0, 1.0]])
-    out = ppo_clip(logp, old, adv, torch.tensor([[1, 0, 0]]), PPOClipParams())
+    out = ppo_clip(PolicyLossInput(logp, old, adv, torch.tensor([[1, 0, 0]])), PPOClipParams())
     assert out.token_loss.tolist() == [[-1.0, 0.0, 0.0]]
     for value in out.token_stats.values():
         assert value[0, 1:].tolist() == [0.0, 0.0]
@@ -101,10 +102,7 @@ def test_masked_tokens_are_zero_even_with_garbage():
 
 def test_log_ratio_clamp_prevents_overflow():
     out = ppo_clip(
-        torch.tensor([[100.0]]),
-        torch.tensor([[0.0]]),
-        torch.tensor([[-1.0]]),
-        torch.ones(1, 1),
+        PolicyLossInput(torch.tensor([[100.0]]), torch.tensor([[0.0]]), torch.tensor([[-1.0]]), torch.ones(1, 1)),
         PPOClipParams(),
     )
     assert torch.isfinite(out.token_loss).all()
@@ -122,7 +120,7 @@ def test_params_validation_and_registry():
     assert params == PPOClipParams(clip_low=0.2, clip_high=0.28, dual_clip_c=3.0)
     assert POLICY_LOSSES.get("ppo_clip") is ppo_clip
     assert isinstance(
-        ppo_clip(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), params),
+        ppo_clip(PolicyLossInput(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1)), params),
         PolicyLossOutput,
     )
     with pytest.raises(UnknownComponentError):

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import grove.core  # noqa: F401  (registration)
-from grove.core.policy_losses_cov import ClipCovParams, KLCovParams, clip_cov, clip_cov_loss, kl_cov
+from grove.core.losses import PolicyLossInput
+from grove.core.losses.covariance import ClipCovParams, KLCovParams, clip_cov, clip_cov_loss, kl_cov
 from test_core_policy_losses_family import aggregate, leaf, random_inputs, t, verl_token_mean
 
 
@@ -69,14 +70,14 @@ def test_clip_cov_hand_case():
     logp = t([[-1.0, -4.0, -1.0, -4.0]]).requires_grad_(True)
     adv = t([[2.0, 2.0, -2.0, -2.0]])
     mask = t([[1, 1, 1, 1]])
-    out = clip_cov(logp, logp.detach(), adv, mask, ClipCovParams(clip_cov_ratio=0.5))  # 2 tokens: both
+    out = clip_cov(PolicyLossInput(logp, logp.detach(), adv, mask), ClipCovParams(clip_cov_ratio=0.5))  # 2 tokens: both
     torch.testing.assert_close(out.token_loss, t([[0.0, -2.0, 2.0, 0.0]]))
     assert out.token_stats["clip_cov"].tolist() == [[1, 0, 0, 1]]
     out.token_loss.sum().backward()
     torch.testing.assert_close(logp.grad, t([[0.0, -2.0, 2.0, 0.0]]))
     # default ratio: max(int(2e-4 * 4), 1) = 1 of the two candidates, chosen at random
     gen = torch.Generator().manual_seed(0)
-    out = clip_cov_loss(logp, logp.detach(), adv, mask, ClipCovParams(), generator=gen)
+    out = clip_cov_loss(PolicyLossInput(logp, logp.detach(), adv, mask), ClipCovParams(), generator=gen)
     picked = out.token_stats["clip_cov"][0].tolist()
     assert sum(picked) == 1 and picked[1] == picked[2] == 0
 
@@ -85,7 +86,7 @@ def test_clip_cov_skips_ppo_clipped_tokens():
     logp = t([[-1.0, -4.0, -1.0, -4.0]]).requires_grad_(True)
     adv = t([[2.0, 2.0, -2.0, -2.0]])
     old = logp.detach() - t([[0.5, 0.0, 0.0, 0.0]])  # token 0 is PPO-clipped (ratio e^.5, A > 0)
-    out = clip_cov(logp, old, adv, t([[1, 1, 1, 1]]), ClipCovParams(clip_cov_ratio=0.5))
+    out = clip_cov(PolicyLossInput(logp, old, adv, t([[1, 1, 1, 1]])), ClipCovParams(clip_cov_ratio=0.5))
     assert out.token_stats["clip_cov"].tolist() == [[0, 0, 0, 1]]
     assert out.token_stats["clip_high"].tolist() == [[1, 0, 0, 0]]
     torch.testing.assert_close(out.token_loss, t([[-2.4, -2.0, 2.0, 0.0]]))
@@ -106,7 +107,7 @@ def test_clip_cov_equals_verl_reference_under_the_same_global_seed(seed):
     torch.manual_seed(1000 + seed)
     ref, candidates, chosen = ref_clip_cov(b, old, adv, mask, 0.2, 0.28, 0.08, 1.0, 5.0)
     torch.manual_seed(1000 + seed)
-    out = clip_cov(a, old, adv, mask, params)
+    out = clip_cov(PolicyLossInput(a, old, adv, mask), params)
     assert len(candidates) > len(chosen) >= 1  # the random choice matters
     selected = {tuple(ix) for ix in out.token_stats["clip_cov"].nonzero().tolist()}
     assert selected == chosen
@@ -123,13 +124,13 @@ def test_clip_cov_generator_makes_the_choice_reproducible_and_independent_of_glo
 
     def picked(seed):
         torch.manual_seed(seed)  # global state differs; the explicit generator decides
-        out = clip_cov_loss(logp, old, adv, mask, params, generator=torch.Generator().manual_seed(7))
+        out = clip_cov_loss(PolicyLossInput(logp, old, adv, mask), params, generator=torch.Generator().manual_seed(7))
         return out.token_stats["clip_cov"]
 
     assert torch.equal(picked(1), picked(2))
     choices = {
         tuple(
-            clip_cov_loss(logp, old, adv, mask, params, generator=torch.Generator().manual_seed(s))
+            clip_cov_loss(PolicyLossInput(logp, old, adv, mask), params, generator=torch.Generator().manual_seed(s))
             .token_stats["clip_cov"]
             .flatten()
             .tolist()
@@ -144,7 +145,7 @@ def test_kl_cov_hand_case():
     logp = t([[-1.0, -3.0, -1.0, -3.0]]).requires_grad_(True)
     old = logp.detach() - t([[0.1, 0.0, 0.0, -0.2]])
     adv = t([[1.0, 1.0, -1.0, -1.0]])
-    out = kl_cov(logp, old, adv, t([[1, 1, 1, 1]]), KLCovParams(kl_cov_ratio=0.5, ppo_kl_coef=1.0))
+    out = kl_cov(PolicyLossInput(logp, old, adv, t([[1, 1, 1, 1]])), KLCovParams(kl_cov_ratio=0.5, ppo_kl_coef=1.0))
     r0, r3 = math.exp(0.1), math.exp(-0.2)
     torch.testing.assert_close(out.token_loss, t([[-r0 + 0.1, -1.0, 1.0, r3 + 0.2]]))
     assert out.token_stats["kl_cov"].tolist() == [[1, 0, 0, 1]]
@@ -158,7 +159,7 @@ def test_kl_cov_equals_verl_reference(seed, ratio, coef):
     logp, old, adv, mask = cov_inputs(seed)
     a, b = leaf(logp), leaf(logp)
     ref, chosen = ref_kl_cov(b, old, adv, mask, ratio, coef)
-    out = kl_cov(a, old, adv, mask, KLCovParams(kl_cov_ratio=ratio, ppo_kl_coef=coef))
+    out = kl_cov(PolicyLossInput(a, old, adv, mask), KLCovParams(kl_cov_ratio=ratio, ppo_kl_coef=coef))
     assert {tuple(ix) for ix in out.token_stats["kl_cov"].nonzero().tolist()} == chosen
     ours = aggregate("token_mean", out.token_loss, mask)
     ours.backward()

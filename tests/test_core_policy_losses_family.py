@@ -18,10 +18,11 @@ from pydantic import ValidationError
 import grove.core  # noqa: F401  (registration)
 from grove.config import load_config
 from grove.core.aggregation import AggregationScale, seq_mean_token_mean, token_mean
-from grove.core.policy_loss import PPOClipParams, ppo_clip
-from grove.core.policy_losses_cov import ClipCovParams, KLCovParams
-from grove.core.policy_losses_sequence import GMPOParams, GSPOParams, gmpo, gspo
-from grove.core.policy_losses_weighted import CISPOParams, SAPOParams, cispo, reinforce, sapo
+from grove.core.losses import PolicyLossInput
+from grove.core.losses.covariance import ClipCovParams, KLCovParams
+from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
+from grove.core.losses.sequence_ratio import GMPOParams, GSPOParams, gmpo, gspo
+from grove.core.losses.weighted import CISPOParams, SAPOParams, cispo, reinforce, sapo
 from grove.registry import POLICY_LOSSES, NoParams
 
 F64 = torch.float64
@@ -207,7 +208,7 @@ def test_zero_outside_mask_and_float_stats(name):
     with torch.no_grad():
         logp_pad = torch.where(mask.bool(), logp, torch.full_like(logp, 50.0))  # garbage in padding
     entry = POLICY_LOSSES.entry(name)
-    out = entry.fn(logp_pad, old, adv, mask, entry.params())
+    out = entry.fn(PolicyLossInput(logp_pad, old, adv, mask), entry.params())
     assert out.token_loss.shape == logp.shape
     assert torch.isfinite(out.token_loss).all()
     assert (out.token_loss[mask == 0] == 0).all()
@@ -224,7 +225,7 @@ def test_gspo_hand_cases():
     old = logp.detach() - t([[0.2, -0.1, 5.0], [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]])
     adv = t([[1.0] * 3, [-1.0] * 3, [1.0] * 3])
     mask = t([[1, 1, 0], [1, 1, 1], [1, 1, 1]])
-    out = gspo(logp, old, adv, mask, GSPOParams(clip_low=0.2, clip_high=0.2))
+    out = gspo(PolicyLossInput(logp, old, adv, mask), GSPOParams(clip_low=0.2, clip_high=0.2))
     s0, s1 = math.exp(0.05), math.exp(0.5)  # row 0: mean(0.2, -0.1); the padded 5.0 is ignored
     # row 0 inside [0.8, 1.2]: -s0; row 1 A<0 with s > 1.2 is not clipped: +s1; row 2 clipped: -1.2
     expected = [[-s0, -s0, 0.0], [s1, s1, s1], [-1.2, -1.2, -1.2]]
@@ -239,7 +240,7 @@ def test_gspo_hand_cases():
 
 def test_gspo_tiny_default_clip_range_clips_a_five_percent_ratio():
     logp = t([[-1.0, -1.0]]).requires_grad_(True)
-    out = gspo(logp, logp.detach() - 0.05, t([[2.0, 2.0]]), t([[1, 1]]), GSPOParams())
+    out = gspo(PolicyLossInput(logp, logp.detach() - 0.05, t([[2.0, 2.0]]), t([[1, 1]])), GSPOParams())
     torch.testing.assert_close(out.token_loss, t([[-2.0008, -2.0008]]))  # -A * (1 + 4e-4)
     out.token_loss.sum().backward()
     assert (logp.grad == 0).all()
@@ -251,7 +252,7 @@ def test_gspo_equals_verl_reference(seed, lo, hi):
     logp, old, adv, mask = random_inputs(seed, token_adv=seed % 2 == 1)
     params = GSPOParams(clip_low=lo, clip_high=hi)
     compare_with_reference(
-        lambda x: gspo(x, old, adv, mask, params),
+        lambda x: gspo(PolicyLossInput(x, old, adv, mask), params),
         lambda x: ref_gspo(x, old, adv, mask, lo, hi),
         logp,
         "seq_mean_token_mean",
@@ -261,7 +262,7 @@ def test_gspo_equals_verl_reference(seed, lo, hi):
 
 def test_gspo_log_ratio_is_clamped_at_ten_as_verl():
     logp = t([[0.0, 0.0]]).requires_grad_(True)
-    out = gspo(logp, logp.detach() - 12.0, t([[-1.0, -1.0]]), t([[1, 1]]), GSPOParams())
+    out = gspo(PolicyLossInput(logp, logp.detach() - 12.0, t([[-1.0, -1.0]]), t([[1, 1]])), GSPOParams())
     torch.testing.assert_close(out.token_loss, t([[math.exp(10.0)] * 2]))
     out.token_loss.sum().backward()
     assert (logp.grad == 0).all()  # beyond the clamp: no gradient
@@ -280,8 +281,8 @@ def test_gspo_one_token_responses_equal_ppo_clip(seed):
         sl = slice(0, width)
         m = mask[:, sl] if width == r else torch.ones(n, 1, dtype=F64)
         a, b = leaf(logp[:, sl]), leaf(logp[:, sl])
-        ours = gspo(a, old[:, sl], adv[:, sl], m, GSPOParams(clip_low=0.2, clip_high=0.28))
-        ppo = ppo_clip(b, old[:, sl], adv[:, sl], m, PPOClipParams(clip_low=0.2, clip_high=0.28))
+        ours = gspo(PolicyLossInput(a, old[:, sl], adv[:, sl], m), GSPOParams(clip_low=0.2, clip_high=0.28))
+        ppo = ppo_clip(PolicyLossInput(b, old[:, sl], adv[:, sl], m), PPOClipParams(clip_low=0.2, clip_high=0.28))
         torch.testing.assert_close(ours.token_loss, ppo.token_loss)
         for key in ("ratio", "clip_low", "clip_high", "clip"):
             torch.testing.assert_close(ours.token_stats[key], ppo.token_stats[key])
@@ -298,7 +299,7 @@ def test_gmpo_hand_cases():
     old = logp.detach() - t([[0.6, -0.6, 0.1], [0.6, -0.6, 0.1]])
     adv = t([[1.0] * 3, [-1.0] * 3])
     mask = t([[1, 1, 1], [1, 1, 1]])
-    out = gmpo(logp, old, adv, mask, GMPOParams(clip_low=0.4, clip_high=0.4))
+    out = gmpo(PolicyLossInput(logp, old, adv, mask), GMPOParams(clip_low=0.4, clip_high=0.4))
     # A > 0: clipped log ratios min(l, clamp(l)) = [0.4, -0.6, 0.1], mean -1/30
     # A < 0: max(l, clamp(l)) = [0.6, -0.4, 0.1], mean 0.1
     r0, r1 = math.exp(-1.0 / 30.0), math.exp(0.1)
@@ -320,7 +321,7 @@ def test_gmpo_equals_verl_reference(seed, lo, hi):
     logp, old, adv, mask = random_inputs(seed, scale=0.6, token_adv=seed % 2 == 1)
     params = GMPOParams(clip_low=lo, clip_high=hi)
     compare_with_reference(
-        lambda x: gmpo(x, old, adv, mask, params),
+        lambda x: gmpo(PolicyLossInput(x, old, adv, mask), params),
         lambda x: ref_gmpo(x, old, adv, mask, lo, hi),
         logp,
         "seq_mean_token_mean",
@@ -341,9 +342,9 @@ def test_gmpo_equal_token_ratios_equal_ppo_clip(seed):
     ppo_params = PPOClipParams(clip_low=1.0 - math.exp(-lo), clip_high=math.exp(hi) - 1.0)
     a, b = leaf(logp), leaf(logp)
     ours = aggregate(
-        "seq_mean_token_mean", gmpo(a, old, adv, mask, GMPOParams(clip_low=lo, clip_high=hi)).token_loss, mask
+        "seq_mean_token_mean", gmpo(PolicyLossInput(a, old, adv, mask), GMPOParams(clip_low=lo, clip_high=hi)).token_loss, mask
     )
-    ppo = aggregate("seq_mean_token_mean", ppo_clip(b, old, adv, mask, ppo_params).token_loss, mask)
+    ppo = aggregate("seq_mean_token_mean", ppo_clip(PolicyLossInput(b, old, adv, mask), ppo_params).token_loss, mask)
     torch.testing.assert_close(ours, ppo)
     ours.backward()
     ppo.backward()
@@ -357,7 +358,7 @@ def test_sapo_hand_cases():
     logp = t([[-1.0, -1.0, -1.0, -1.0]]).requires_grad_(True)
     old = logp.detach() - t([[0.0, 0.0, 0.5, 0.5]])
     adv = t([[1.0, -1.0, 2.0, -2.0]])
-    out = sapo(logp, old, adv, t([[1, 1, 1, 1]]), SAPOParams(tau_pos=1.0, tau_neg=1.05))
+    out = sapo(PolicyLossInput(logp, old, adv, t([[1, 1, 1, 1]])), SAPOParams(tau_pos=1.0, tau_neg=1.05))
     r = math.exp(0.5)
 
     def sig(x):
@@ -381,7 +382,7 @@ def test_sapo_equals_verl_reference(seed, tau_pos, tau_neg):
     logp, old, adv, mask = random_inputs(seed, scale=0.8, token_adv=seed % 2 == 1)
     params = SAPOParams(tau_pos=tau_pos, tau_neg=tau_neg)
     compare_with_reference(
-        lambda x: sapo(x, old, adv, mask, params),
+        lambda x: sapo(PolicyLossInput(x, old, adv, mask), params),
         lambda x: ref_sapo(x, old, adv, mask, tau_pos, tau_neg),
         logp,
         "seq_mean_token_mean",
@@ -398,7 +399,7 @@ def test_cispo_hand_cases():
     adv = t([[1.0, -1.0, 2.0]])
     mask = t([[1, 1, 1]])
     w = math.exp(-0.5)
-    out = cispo(logp, old, adv, mask, CISPOParams(clip_low=None, clip_high=0.2))
+    out = cispo(PolicyLossInput(logp, old, adv, mask), CISPOParams(clip_low=None, clip_high=0.2))
     # weights [min(e^.5, 1.2), e^-.5 (no lower bound), 1]; loss -w A logp
     torch.testing.assert_close(out.token_loss, t([[1.2, -2.0 * w, 1.0]]))
     assert out.token_stats["clip_high"].tolist() == [[1, 0, 0]]
@@ -407,7 +408,7 @@ def test_cispo_hand_cases():
     torch.testing.assert_close(logp.grad, t([[-1.2, w, -2.0]]))  # clipped tokens keep a gradient
 
     logp.grad = None
-    out = cispo(logp, old, adv, mask, CISPOParams(clip_low=0.2, clip_high=0.2))
+    out = cispo(PolicyLossInput(logp, old, adv, mask), CISPOParams(clip_low=0.2, clip_high=0.2))
     torch.testing.assert_close(out.token_loss, t([[1.2, -1.6, 1.0]]))
     assert out.token_stats["clip"].tolist() == [[1, 1, 0]]
 
@@ -419,7 +420,7 @@ def test_cispo_equals_verl_reference(seed, lo, hi):
     params = CISPOParams(clip_low=lo, clip_high=hi)
     ref_lo = float("inf") if lo is None else lo  # "no lower bound" = verl with an infinite clip_ratio_low
     compare_with_reference(
-        lambda x: cispo(x, old, adv, mask, params),
+        lambda x: cispo(PolicyLossInput(x, old, adv, mask), params),
         lambda x: verl_token_mean(ref_cispo_rows(x, old, adv, ref_lo, hi), mask),
         logp,
         "token_mean",
@@ -429,7 +430,7 @@ def test_cispo_equals_verl_reference(seed, lo, hi):
 
 def test_reinforce_hand_case_and_reference():
     logp = t([[-1.0, -2.0, -0.5]]).requires_grad_(True)
-    out = reinforce(logp, logp.detach() + 0.3, t([[1.0, -1.0, 2.0]]), t([[1, 1, 0]]), NoParams())
+    out = reinforce(PolicyLossInput(logp, logp.detach() + 0.3, t([[1.0, -1.0, 2.0]]), t([[1, 1, 0]])), NoParams())
     torch.testing.assert_close(out.token_loss, t([[1.0, -2.0, 0.0]]))
     torch.testing.assert_close(out.token_stats["ratio"], t([[math.exp(-0.3), math.exp(-0.3), 0.0]]))
     out.token_loss.sum().backward()
@@ -437,7 +438,7 @@ def test_reinforce_hand_case_and_reference():
 
     logp, old, adv, mask = random_inputs(3, token_adv=True)
     compare_with_reference(
-        lambda x: reinforce(x, old, adv, mask, NoParams()),
+        lambda x: reinforce(PolicyLossInput(x, old, adv, mask), NoParams()),
         lambda x: verl_token_mean(
             [[-x[i, j] * adv[i, j] for j in range(x.shape[1])] for i in range(x.shape[0])], mask
         ),
@@ -464,7 +465,7 @@ def test_ratio_one_gives_plain_policy_gradient(fn, params, aggregation):
     logp = logits.log_softmax(-1).gather(-1, tokens[..., None]).squeeze(-1)
     adv = torch.randn(3, 5, dtype=F64)
     mask = t([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [0, 1, 1, 1, 0]])
-    loss = aggregate(aggregation, fn(logp, logp.detach(), adv, mask, params).token_loss, mask)
+    loss = aggregate(aggregation, fn(PolicyLossInput(logp, logp.detach(), adv, mask), params).token_loss, mask)
     (grad,) = torch.autograd.grad(loss, logits, retain_graph=True)
     plain = aggregate(aggregation, -adv * logp, mask)
     (expected,) = torch.autograd.grad(plain, logits)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from grove.core.rollout_correction import masked_is_weights, rollout_log_ratio, truncated_is_weights
+from grove.core.importance_weights import masked_is_weights, rollout_log_ratio, truncated_is_weights
 
 F64 = torch.float64
 

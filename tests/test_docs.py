@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 import grove.builtin_components  # noqa: F401
 from grove.config import GroveConfig
-from grove.presets import PRESETS
+from grove.config.presets import PRESETS
 from grove.registry import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,

@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grove.core.logprobs import DEFAULT_CACHE_BYTES, _chunks, cache_bytes_needed, token_logprobs_and_entropy
+from grove.core.output_projection import (
+    DEFAULT_CACHE_BYTES,
+    _chunks,
+    cache_bytes_needed,
+    token_logprobs_and_entropy,
+)
+from grove.models.forward import policy_forward
 from grove.rollout.base import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
-from grove.training.forward import policy_forward
 
 PROMPTS = ["What is 2+2?", "Hi", "Solve for x: 2x + 3 = 11. Think step by step.", "Count: 1 2 3"]
 
@@ -240,7 +245,7 @@ def _values_and_grads(model, fn, *args):
 
 def test_shared_prefix_forward_equals_padded_forward_values_and_gradients(policy):
     """Each prompt encoded once and fanned out to its G responses: same log-probs, entropies and gradients."""
-    from grove.training.forward import policy_forward_shared_prefix, shares_prefixes
+    from grove.models.forward import policy_forward_shared_prefix, shares_prefixes
 
     model, tokenizer = policy
     model.train()
@@ -268,7 +273,7 @@ def test_shared_prefix_forward_equals_padded_forward_values_and_gradients(policy
 def test_packed_forward_equals_padded_forward_values_and_gradients(policy, shared):
     """Padding-free packed rows (each prompt once, responses back to back under a block mask): same
     log-probs, entropies and parameter gradients as the padded forward, with or without prompt sharing."""
-    from grove.training.forward import pack_by_prefix, policy_forward_packed
+    from grove.models.forward import pack_by_prefix, policy_forward_packed
 
     model, tokenizer = policy
     model.train()
@@ -299,7 +304,7 @@ def test_packed_forward_equals_padded_forward_values_and_gradients(policy, share
 
 
 def test_packed_attention_mask_hides_siblings_and_padding():
-    from grove.training.forward import PackedLayout
+    from grove.models.forward import PackedLayout
 
     seg = torch.tensor([[0, 0, 1, 1, 2, -1]])
     layout = PackedLayout(seg.clamp(min=0), seg.clamp(min=0), seg, torch.zeros(0), torch.zeros(0))

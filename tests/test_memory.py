@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from grove.cli import app
-from grove.memory import ModelDims, RunShape, estimate_peak_bytes
+from grove.infra.memory_plan import ModelDims, RunShape, estimate_peak_bytes
 from grove.models.loading import load_policy
 from grove.models.tiny import create_tiny_model_dir
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from grove.config import ConfigError, load_config
-from grove.training import runtime
+from grove.infra import runtime
 from grove.training.trainer import resolve_loss_components
 
 glibc = pytest.mark.skipif(

@@ -8,7 +8,7 @@ import typing
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from grove.core.schedules import KEEP_RATIO_SCHEDULES, KeepRatioSchedule, ScheduleKind, ratio_at
+from grove.core.keep_ratio_schedules import KEEP_RATIO_SCHEDULES, KeepRatioSchedule, ScheduleKind, ratio_at
 
 
 def test_every_kind_is_registered():

@@ -8,21 +8,21 @@ import math
 import pytest
 import torch
 
-import grove.training.update as update_module
+import grove.pipeline.update as update_module
 from grove.batch import RolloutBatch
 from grove.config import load_config
 from grove.core.aggregation import token_mean
-from grove.core.policy_loss import PPOClipParams, ppo_clip
-from grove.rollout.base import SamplingParams, encode_prompts
-from grove.rollout.hf_engine import TransformersEngine
-from grove.training.selection import (
+from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
+from grove.pipeline.downsampling import (
     SampleSelection,
     TokenSelection,
     select_rollouts,
     selected_token_count,
     sequence_advantages,
 )
-from grove.training.update import Coefficients, LossComponents, UpdateSchedule, policy_update
+from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
+from grove.rollout.base import SamplingParams, encode_prompts
+from grove.rollout.hf_engine import TransformersEngine
 from test_core_advantages import make_test_batch
 from test_train_e2e import base_overrides, metric_rows, run_cli
 
@@ -106,8 +106,8 @@ def _update(model, batch, token_selection, ratio, micro):
 def test_token_selection_equals_training_on_the_selected_mask(policy, rollout_batch, scope, micro):
     """Selecting the top |A|·H tokens inside the update = an update whose loss mask is those tokens
     (entropy from the same forward), normalised by their count."""
-    from grove.training.forward import response_logprobs
-    from grove.training.selection import select_loss_tokens
+    from grove.models.forward import response_logprobs
+    from grove.pipeline.downsampling import select_loss_tokens
 
     model = policy[0]
     batch = rollout_batch

@@ -221,7 +221,7 @@ def test_user_reward_by_import_path_and_crashing_reward(tiny_model, tmp_path, mo
     bad = tmp_path / "bad"
     rewards = "[{id: answer_match, extract: last_number}, {id: 'user_rewards:explodes_on_bad'}]"
     args = base_overrides(tiny_model, bad, **{"train.steps": 1, "rewards": rewards})
-    monkeypatch.setattr("grove.training.collect.compute_rewards", _force_bad_completion)
+    monkeypatch.setattr("grove.pipeline.collect.compute_rewards", _force_bad_completion)
     with pytest.raises(RewardFunctionError) as e:
         run_cli(["train", "examples/arithmetic.yaml", *args])
     msg = str(e.value)
@@ -244,7 +244,7 @@ def test_time_budget_stops_after_the_step_that_exhausts_it(tiny_model, tmp_path)
     assert json.loads((out / "summary.json").read_text())["after"]["step"] == 1
 
 
-@pytest.mark.parametrize("preset", sorted(__import__("grove.presets", fromlist=["PRESETS"]).PRESETS))
+@pytest.mark.parametrize("preset", sorted(__import__("grove.config.presets", fromlist=["PRESETS"]).PRESETS))
 def test_every_preset_trains_through_the_cli(tiny_model, tmp_path, preset):
     out = tmp_path / preset
     args = base_overrides(tiny_model, out, **{"train.steps": 1, "algorithm": f"{{preset: {preset}}}",

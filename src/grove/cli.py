@@ -56,7 +56,7 @@ def train(
     if trainer.resume_from is not None:
         err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
     summary = trainer.run()
-    from grove.plotting import plot_run
+    from grove.infra.plotting import plot_run
 
     plots = plot_run(summary.run_dir)
     _print_summary(summary.run_dir, plots)
@@ -101,11 +101,11 @@ def eval_(
 
     import grove.builtin_components  # noqa: F401
     from grove.evaluation.evaluate import evaluate_config
+    from grove.infra.runtime import configure_runtime
     from grove.models.loading import load_policy
+    from grove.rewards.loading import resolve_rewards
     from grove.rollout.hf_engine import TransformersEngine
     from grove.tasks.base import build_task
-    from grove.training.runtime import configure_runtime
-    from grove.training.trainer import resolve_rewards
 
     configure_runtime(cfg.threads, cfg.host_allocator)
     try:
@@ -115,7 +115,7 @@ def eval_(
         raise typer.Exit(2) from None
     examples = list(build_task(cfg.task).eval)[: max_examples or cfg.eval.max_examples]
     engine = TransformersEngine(policy, tokenizer)
-    result = evaluate_config(engine, tokenizer, cfg, resolve_rewards(cfg), examples)
+    result = evaluate_config(engine, tokenizer, cfg, resolve_rewards(cfg.rewards), examples)
     console.print(f"{model} on {cfg.task.id}: {result.report}  ({result.seconds:.1f}s)")
 
 
@@ -132,10 +132,10 @@ def config_show(
     if cfg.algorithm.preset:
         import yaml
 
-        from grove.presets import PRESETS
+        from grove.config.presets import PRESETS
 
         console.print(f"# preset {cfg.algorithm.preset!r} supplies (your own keys override it):", highlight=False)
-        fragment = yaml.safe_dump(PRESETS[cfg.algorithm.preset], sort_keys=False)
+        fragment = yaml.safe_dump(PRESETS[cfg.algorithm.preset].settings, sort_keys=False)
         console.print("".join(f"#   {line}\n" for line in fragment.splitlines()), markup=False, highlight=False)
     console.print(dump_config(cfg), markup=False, highlight=False)
     table = Table(title="derived batch quantities")
@@ -152,7 +152,8 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
     import psutil
 
     import grove.builtin_components  # noqa: F401
-    from grove.memory import GiB, ModelDims, RunShape, estimate_peak_bytes
+    from grove.config.derived import needs_reference_model
+    from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes
     from grove.models.loading import resolve_model_path
     from grove.rollout.base import encode_prompts
     from grove.tasks.base import build_task
@@ -175,7 +176,7 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
         completions_per_prompt=t.completions_per_prompt,
         micro_batch_size=min(t.micro_batch_size, t.completions_per_step // t.mini_batches),
         shared_prefix=t.forward != "padded",
-        reference_model=cfg.algorithm.kl.coef > 0,
+        reference_model=needs_reference_model(cfg),
         compute_bytes=2 if t.precision == "bf16" else 4,
         bf16_generation_copy=cfg.rollout.bf16_weights,
         logit_cache_bytes=int(t.logit_cache_mb * 2**20),
@@ -205,7 +206,7 @@ def _tokenizer(path: Path):
 @app.command()
 def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
     """Write PNG curves (reward, accuracy, KL, entropy, length, clip fraction, grad norm) to RUN_DIR/plots."""
-    from grove.plotting import plot_run
+    from grove.infra.plotting import plot_run
 
     try:
         paths = plot_run(run_dir)

@@ -26,7 +26,11 @@ class NoParams(BaseModel):
 
 @dataclass(frozen=True)
 class Entry(Generic[T]):
-    """One registered component: its id, callable, parameter model and citation."""
+    """One registered component: its id, callable, parameter model, citation and documentation fields.
+
+    ``paper``, ``summary``, ``formula`` and ``reference`` (the reference implementation whose numbers the
+    component reproduces) are what ``scripts/docs_tables.py`` prints in ``docs/algorithms.md``.
+    """
 
     id: str
     fn: T
@@ -34,6 +38,8 @@ class Entry(Generic[T]):
     paper: str
     summary: str
     requires: frozenset[str] = frozenset()
+    formula: str = ""
+    reference: str = ""
 
 
 class UnknownComponentError(KeyError):
@@ -58,12 +64,17 @@ class Registry(Generic[T]):
         paper: str = "",
         summary: str = "",
         requires: tuple[str, ...] = (),
+        formula: str = "",
+        reference: str = "",
     ) -> Callable[[T], T]:
         """Decorator registering ``fn`` under ``id``. Ids are lowercase ``[a-z0-9_]`` and unique.
 
         ``requires`` names inputs the component needs beyond a plain rollout (e.g.
         ``"greedy_baseline"``: one greedy completion per prompt, scored, in
-        ``RolloutBatch.baseline_scores``); the pipeline provides them when the component is selected.
+        ``RolloutBatch.baseline_scores``; ``"ref_logprobs"``: the reference policy's log-probs, so a
+        reference model is loaded even with ``kl.coef: 0``); the pipeline provides them when the
+        component is selected. ``formula`` (one line) and ``reference`` (the implementation whose
+        numbers it matches) document the component in the generated tables.
         """
         if not id or id != id.lower() or not id.replace("_", "").isalnum():
             raise ValueError(f"{self.kind} id {id!r} must be lowercase letters, digits and '_'")
@@ -72,7 +83,9 @@ class Registry(Generic[T]):
             if id in self._entries and self._entries[id].fn is not fn:
                 raise ValueError(f"{self.kind} id {id!r} is already registered")
             doc = (fn.__doc__ or "").strip().splitlines()
-            self._entries[id] = Entry(id, fn, params, paper, summary or (doc[0] if doc else ""), frozenset(requires))
+            self._entries[id] = Entry(
+                id, fn, params, paper, summary or (doc[0] if doc else ""), frozenset(requires), formula, reference
+            )
             return fn
 
         return decorator

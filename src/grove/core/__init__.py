@@ -1,22 +1,20 @@
-"""The pure functional tensor core: segment ops, advantages, policy losses, aggregations, KL.
+"""The pure functional tensor core: no model, no config objects, no Python loops over samples.
+
+* :mod:`~grove.core.segments`: per-group statistics (sum, count, mean, std, min, max) as segment ops;
+* :mod:`~grove.core.token_ops`: per-sample ↔ per-token broadcasting and masked row means;
+* :mod:`~grove.core.advantages`: advantage estimators (``ADVANTAGE_ESTIMATORS``), one module per family;
+* :mod:`~grove.core.losses`: policy losses (``POLICY_LOSSES``), their typed input and output;
+* :mod:`~grove.core.aggregation`: loss aggregations (``LOSS_AGGREGATIONS``) with a global scale;
+* :mod:`~grove.core.kl`: KL estimators (``KL_ESTIMATORS``);
+* :mod:`~grove.core.importance_weights`: TIS / MIS weights for the rollout-vs-training mismatch;
+* :mod:`~grove.core.selection`, :mod:`~grove.core.keep_ratio_schedules`: D^3S down-sampling masks and
+  their keep-ratio schedules;
+* :mod:`~grove.core.shaping`: DAPO's soft overlong penalty and informative-group filter;
+* :mod:`~grove.core.output_projection`: token log-probs and entropies from the output projection
+  (one autograd function with a hand-written backward);
+* :mod:`~grove.core.papers`: the titles every component cites.
 
 Importing this package registers every built-in component in :mod:`grove.registry`.
 """
 
-from grove.core import (  # noqa: F401
-    advantages,
-    advantages_baselines,
-    advantages_passk,
-    advantages_reinforce,
-    advantages_remax,
-    aggregation,
-    kl,
-    kl_variants,
-    logprobs,
-    policy_loss,
-    policy_losses_cov,
-    policy_losses_sequence,
-    policy_losses_weighted,
-    rollout_correction,
-    segments,
-)
+from grove.core import advantages, aggregation, kl, losses  # noqa: F401

@@ -12,7 +12,7 @@ Less: A Dynamic Dual-Level Down-Sampling Framework for Efficient Policy Optimiza
 * **Token level.** Keep the tokens with the largest ``|A_{i,t}| * H_{i,t}`` (advantage magnitude
   times policy entropy): :func:`token_scores` and :func:`select_tokens`.
 
-How many to keep comes from a keep ratio (``grove.core.schedules``: D^3S's dynamic schedule starts
+How many to keep comes from a keep ratio (``grove.core.keep_ratio_schedules``: D^3S's dynamic schedule starts
 aggressive and relaxes). All functions are pure, vectorised over groups and sequences (sorts,
 gathers, scatters; no per-sample Python loop), deterministic, and return masks.
 """
@@ -24,6 +24,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from grove.core.keep_ratio_schedules import check_keep_ratio
 from grove.core.segments import dense_index, segment_count
 
 __all__ = [
@@ -34,21 +35,12 @@ __all__ = [
     "token_scores",
 ]
 
-D3S_PAPER = (
-    "Learning More with Less: A Dynamic Dual-Level Down-Sampling Framework for Efficient Policy Optimization"
-)
-
 SampleScope = Literal["group", "batch"]
 TokenScope = Literal["sequence", "batch"]
 
 # ``ratio * size`` is rounded up, but float products such as 0.3 * 10 = 3.0000000000000004 must not
 # become 4: anything within this of an integer counts as that integer.
 _CEIL_SLACK = 1e-9
-
-
-def _check_ratio(ratio: float) -> None:
-    if not 0.0 < ratio <= 1.0:
-        raise ValueError(f"ratio must be in (0, 1], got {ratio}")
 
 
 def keep_count(size: Tensor, ratio: float, minimum: int = 2) -> Tensor:
@@ -64,7 +56,7 @@ def keep_count(size: Tensor, ratio: float, minimum: int = 2) -> Tensor:
       group throws its signal away. Groups smaller than ``minimum`` keep everything. Tokens use
       ``minimum = 1`` (:func:`select_tokens`).
     """
-    _check_ratio(ratio)
+    check_keep_ratio(ratio)
     if minimum < 0:
         raise ValueError(f"minimum must be >= 0, got {minimum}")
     size = torch.as_tensor(size).to(torch.long)
@@ -205,7 +197,7 @@ def token_scores(advantages: Tensor, entropy: Tensor) -> Tensor:
     """D^3S token priority ``|A_{i,t}| * H_{i,t}`` ``[N, R]``, detached (a selection key, not a loss).
 
     ``H_{i,t}`` is the policy entropy at the token (e.g. from
-    :func:`grove.core.logprobs.token_logprobs_and_entropy`): tokens where the policy is both
+    :func:`grove.core.output_projection.token_logprobs_and_entropy`): tokens where the policy is both
     uncertain and carries a large advantage come first.
     """
     if advantages.shape != entropy.shape:
@@ -240,7 +232,7 @@ def select_tokens(scores: Tensor, mask: Tensor, ratio: float, *, scope: TokenSco
     """
     if scores.ndim != 2 or scores.shape != mask.shape:
         raise ValueError(f"scores {tuple(scores.shape)} and mask {tuple(mask.shape)} must both be [N, R]")
-    _check_ratio(ratio)
+    check_keep_ratio(ratio)
     valid = mask != 0
     scores = scores.detach()
     if torch.isnan(scores[valid]).any():

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import torch
 
 from grove.evaluation.stats import AccuracyReport
+from grove.infra.precision import autocast
 from grove.rewards.loading import RewardSpec, compute_rewards
 from grove.rollout.base import RolloutEngine, SamplingParams, encode_prompts
-from grove.tasks.base import Example
+from grove.tasks.base import Example, columns_for_rewards
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,6 @@ def evaluate(
     batch_size: int = 64,
 ) -> EvalResult:
     """Greedy-decode every example once; a reward value of 1.0 counts as correct."""
-    from grove.training.collect import prompt_text
-
     start = time.perf_counter()
     sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
     generator = torch.Generator().manual_seed(0)  # unused by greedy decoding, required by the interface
@@ -61,8 +60,8 @@ def evaluate(
             tokenizer, [e.prompt for e in chunk], system_prompt=system_prompt, use_chat_template=use_chat_template
         )
         out = engine.generate(ids, 1, sampling, generator)
-        prompts = [prompt_text(e) for e in chunk]
-        columns = {key: [e.columns[key] for e in chunk] for key in chunk[0].columns}
+        prompts = [e.prompt_text for e in chunk]
+        columns = columns_for_rewards(chunk)
         values = compute_rewards([accuracy_reward], prompts, out.texts, columns, step=-1)[:, 0]
         values = torch.nan_to_num(values, nan=0.0).tolist()
         scores.extend(values)
@@ -85,8 +84,6 @@ def evaluate_config(engine: RolloutEngine, tokenizer, cfg, rewards: Sequence[Rew
     The accuracy reward is ``eval.accuracy_reward`` (default: the first reward); generation runs
     under the configured ``train.precision``.
     """
-    from grove.training.precision import autocast
-
     reward = next(r for r in rewards if r.name == cfg.accuracy_reward_name)
     with autocast(cfg.train.precision):
         return evaluate(

@@ -10,6 +10,7 @@ from grove.rewards.loading import (
     combine_rewards,
     compute_rewards,
     resolve_reward,
+    resolve_rewards,
 )
 
 __all__ = [
@@ -21,4 +22,5 @@ __all__ = [
     "compute_rewards",
     "extract_answer",
     "resolve_reward",
+    "resolve_rewards",
 ]

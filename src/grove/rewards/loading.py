@@ -147,6 +147,11 @@ def resolve_reward(
     return RewardSpec(name=name or id_or_path, fn=fn, weight=float(weight))
 
 
+def resolve_rewards(configs: Sequence[Any]) -> list[RewardSpec]:
+    """One :class:`RewardSpec` per ``rewards:`` block of the config (``id``, params, ``weight``, ``display_name``)."""
+    return [resolve_reward(r.id, r.params, r.weight, r.display_name) for r in configs]
+
+
 def _preview(value: Any, limit: int = _PREVIEW_CHARS) -> str:
     """Short repr of a prompt (string or chat messages) or completion for error messages."""
     if isinstance(value, list) and value and isinstance(value[-1], dict) and "content" in value[-1]:

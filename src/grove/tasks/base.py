@@ -45,6 +45,14 @@ class Example:
                 f"Example: columns['answer'] ({self.columns['answer']!r}) differs from answer ({self.answer!r})"
             )
 
+    @property
+    def prompt_text(self) -> str:
+        """The prompt as reward functions see it: the string, or the last user message of a chat."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        users = [m["content"] for m in self.prompt if m.get("role") == "user"]
+        return users[-1] if users else ""
+
 
 @runtime_checkable
 class Task(Protocol):

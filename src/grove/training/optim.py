@@ -7,7 +7,7 @@ import math
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from grove.config import OptimConfig
+from grove.config.sections import OptimConfig
 
 
 def lr_multiplier(step: int, *, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float) -> float:

@@ -22,28 +22,29 @@ import torch
 import grove.builtin_components  # noqa: F401
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig, dump_config
+from grove.config.derived import needs_reference_model
 from grove.evaluation.evaluate import EvalResult, evaluate_config
+from grove.infra import checkpoint as ckpt
+from grove.infra.precision import autocast
+from grove.infra.progress import TrainProgress
+from grove.infra.run_logs import RunLogger
+from grove.infra.runtime import configure_runtime, release_host_memory
+from grove.models.forward import response_logprobs
 from grove.models.loading import load_policy
+from grove.pipeline.coefficients import EntropyController, KLController
+from grove.pipeline.collect import ExperienceSettings, KLInReward, collect_experience
+from grove.pipeline.downsampling import SampleSelection, TokenSelection, select_rollouts
+from grove.pipeline.rollout_correction import apply_rollout_correction
+from grove.pipeline.step_metrics import step_metrics
+from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
-from grove.rewards.loading import RewardSpec, resolve_reward
+from grove.rewards.loading import resolve_rewards
 from grove.rollout.base import SamplingParams, encode_prompts
+from grove.rollout.generation_weights import GenerationWeights
 from grove.rollout.hf_engine import TransformersEngine
 from grove.tasks.base import build_task
-from grove.training import checkpoint as ckpt
-from grove.training.collect import ExperienceSettings, KLInReward, collect_experience
-from grove.training.controllers import EntropyController, KLController
-from grove.training.correction import apply_rollout_correction
-from grove.training.forward import response_logprobs
-from grove.training.generation_weights import GenerationWeights
-from grove.training.logging import RunLogger
-from grove.training.metrics import step_metrics
 from grove.training.optim import build_optimizer
-from grove.training.precision import autocast
-from grove.training.progress import TrainProgress
-from grove.training.runtime import configure_runtime, release_host_memory
-from grove.training.sampler import PromptSampler
-from grove.training.selection import SampleSelection, TokenSelection, select_rollouts
-from grove.training.update import Coefficients, LossComponents, UpdateSchedule, policy_update
+from grove.training.prompt_sampler import PromptSampler
 
 
 def seed_everything(seed: int) -> None:
@@ -65,11 +66,8 @@ def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
         forward=cfg.train.forward,
         precision=cfg.train.precision,
         token_selection=TokenSelection(cfg.selection.tokens.scope) if cfg.selection.tokens is not None else None,
+        sequence_count=a.sequence_count,
     )
-
-
-def resolve_rewards(cfg: GroveConfig) -> list[RewardSpec]:
-    return [resolve_reward(r.id, r.params, r.weight, r.display_name) for r in cfg.rewards]
 
 
 @dataclass
@@ -88,10 +86,10 @@ class Trainer:
         seed_everything(cfg.seed)
 
         self.task = build_task(cfg.task)
-        self.rewards = resolve_rewards(cfg)
+        self.rewards = resolve_rewards(cfg.rewards)
         self.model, self.tokenizer = load_policy(cfg.model.name, dtype=getattr(torch, cfg.model.dtype))
         self.ref_model = None
-        if cfg.algorithm.kl.coef > 0:  # β = 0 loads no reference model
+        if needs_reference_model(cfg):  # β = 0 loads none, unless the policy loss reads ref_logprobs
             self.ref_model, _ = load_policy(cfg.model.name, dtype=getattr(torch, cfg.model.dtype))
             self.ref_model.eval().requires_grad_(False)
         self.generation_weights = GenerationWeights(self.model) if cfg.rollout.bf16_weights else None

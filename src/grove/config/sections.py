@@ -1,0 +1,159 @@
+"""The sections of the config other than ``algorithm`` (model, rewards, rollout, selection, train, optim, eval,
+checkpoint, logging). Every field carries its description; ``docs/config.md`` lists them all."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from grove.config.components import ComponentSpec
+from grove.core.keep_ratio_schedules import KeepRatioSchedule
+
+
+class Section(BaseModel):
+    """Base of every section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    name: str = Field(
+        "smollm2-135m",
+        description="A local transformers model directory, or 'smollm2-135m' for the embedded default.",
+    )
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype of the weights.")
+
+
+class RewardConfig(ComponentSpec):
+    weight: float = Field(1.0, description="Weight of this reward in the combined scalar reward.")
+    name: str | None = Field(None, description="Display name (defaults to the id).")
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.id.rsplit(":", 1)[-1]
+
+
+class RolloutConfig(Section):
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
+    max_new_tokens: int = Field(64, ge=1, description="Maximum completion length in tokens.")
+    stop: list[str] = Field(default_factory=list, description="Stop strings (kept in the completion).")
+    system_prompt: str | None = Field(None, description="System prompt; null keeps the chat template's default.")
+    use_chat_template: bool = Field(True, description="Wrap prompts with the tokenizer's chat template.")
+    bf16_weights: bool = Field(
+        False,
+        description="Generate from a bfloat16 copy of the policy, refreshed after every optimizer step (faster "
+        "decode, +half the weights' memory, larger rollout-vs-training log-prob mismatch).",
+    )
+
+
+class _KeepRatioSection(Section):
+    ratio: KeepRatioSchedule = Field(
+        default_factory=KeepRatioSchedule,
+        description="Kept fraction per step: a number (constant) or a schedule {kind, start, end, steps, stages}.",
+    )
+
+
+class SampleSelectionConfig(_KeepRatioSection):
+    scope: Literal["group", "batch"] = Field(
+        "group", description="'group': keep the max-Var(A) subset of each prompt's group; 'batch': over the whole batch."
+    )
+    advantages: Literal["keep", "recompute"] = Field(
+        "keep", description="'keep': kept rollouts keep the advantages computed on the full groups; 'recompute': "
+        "recompute them on the kept subset."
+    )
+    min_per_group: int = Field(2, ge=1, description="Never keep fewer rollouts of a group (or batch) than this.")
+
+
+class TokenSelectionConfig(_KeepRatioSection):
+    scope: Literal["sequence", "micro_batch", "batch"] = Field(
+        "sequence",
+        description="Rank |A|·H within each completion, across the micro-batch (a group by default), or across the "
+        "whole mini-batch (one extra no-grad forward for the entropies).",
+    )
+
+
+class SelectionConfig(Section):
+    samples: SampleSelectionConfig | None = Field(
+        None, description="D^3S sample-level down-sampling (max Var(A) subset); null = off."
+    )
+    tokens: TokenSelectionConfig | None = Field(
+        None, description="D^3S token-level down-sampling (top |A|·entropy tokens); null = off."
+    )
+
+
+class TrainConfig(Section):
+    steps: int = Field(40, ge=1, description="Number of rollout steps (each: generate, score, update).")
+    time_budget_seconds: float | None = Field(
+        None, gt=0, description="Stop after the step that exhausts this wall-clock budget of the training loop."
+    )
+    prompts_per_step: int = Field(8, ge=1, description="Prompts sampled per step (number of groups).")
+    completions_per_prompt: int = Field(8, ge=1, description="G: completions per prompt (group size).")
+    mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch over one step's rollouts.")
+    ppo_epochs: int = Field(1, ge=1, description="μ: passes over each step's rollouts.")
+    micro_batch_size: int = Field(
+        8, ge=1, description="Completions per forward/backward (gradient accumulation); 8 = one group of G = 8."
+    )
+    max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient-norm clipping (null = off).")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="'bf16': generation and forward/backward under bfloat16 autocast; master weights, optimizer "
+        "state, log-softmax and the loss stay float32.",
+    )
+    forward: Literal["packed", "shared_prefix", "padded"] = Field(
+        "packed",
+        description="Training forward layout. 'packed': one padding-free row per prompt with its completions back to "
+        "back under a block attention mask (each prompt once, no padding compute); 'shared_prefix': each prompt once, "
+        "its KV cache fanned out to padded completions; 'padded': every completion with its own copy of the prompt. "
+        "All three give the same values and gradients.",
+    )
+    logit_cache_mb: float = Field(
+        512,
+        ge=0,
+        description="Keep a micro-batch's float32 softmax (probabilities + log-probs, 8 bytes x predicted tokens x "
+        "vocabulary) from forward to backward when it fits in this many MiB; above it, backward recomputes the output "
+        "projection chunk by chunk (one extra matmul, memory independent of length). 0: always recompute.",
+    )
+    old_logprobs: Literal["auto", "recompute"] = Field(
+        "auto",
+        description="'auto': on-policy updates use the current forward (ratio exactly 1), off-policy ones the rollout's "
+        "log-probs; 'recompute': one no-grad training forward before the update (needed by rollout_correction).",
+    )
+
+    @property
+    def completions_per_step(self) -> int:
+        return self.prompts_per_step * self.completions_per_prompt
+
+
+class OptimConfig(Section):
+    lr: float = Field(1e-6, gt=0.0, description="Peak AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0.0)
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
+    schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warm-up.")
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="Cosine floor as a fraction of lr.")
+
+
+class EvalConfig(Section):
+    every: int = Field(0, ge=0, description="Evaluate every N steps (0: only before and after training).")
+    max_examples: int | None = Field(None, ge=1, description="Cap on held-out examples (null: the whole split).")
+    batch_size: int = Field(64, ge=1, description="Prompts per generation batch during evaluation.")
+    max_new_tokens: int | None = Field(None, ge=1, description="Defaults to rollout.max_new_tokens.")
+    before_training: bool = Field(True, description="Evaluate the initial model before step 1.")
+    accuracy_reward: str | None = Field(
+        None, description="Reward name whose value 1.0 means 'correct' (default: the first reward)."
+    )
+
+
+class CheckpointConfig(Section):
+    every: int = Field(10, ge=1, description="Save a checkpoint every N steps (and always at the end).")
+    keep_last: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
+
+
+class LoggingConfig(Section):
+    tensorboard: bool = Field(True, description="Write TensorBoard event files to RUN_DIR/tensorboard.")
+    samples_per_step: int = Field(4, ge=0, description="Completions written to samples.jsonl per step.")
+    progress: bool = Field(True, description="Show the rich progress bar.")

@@ -1,0 +1,100 @@
+"""Checks that span several fields or sections of the config, run when a :class:`GroveConfig` is validated.
+
+Each raises ``ValueError`` with a message that names the key (``algorithm.rollout_correction``, …) and
+says how to fix it; pydantic reports it under the config's top level and
+:func:`grove.config.loading.format_validation_error` prints it as it is.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from grove.config.components import check_component
+
+if TYPE_CHECKING:
+    from grove.config.schema import GroveConfig
+
+__all__ = ["validate_config"]
+
+
+def validate_config(cfg: GroveConfig) -> None:
+    """Import ``cfg.imports``, check every component block against its registry, then the cross-field rules."""
+    import grove.builtin_components  # noqa: F401  (registers every built-in component)
+
+    _import_user_modules(cfg.imports)
+    _check_algorithm_components(cfg)
+    _check_rewards(cfg)
+    _check_stages(cfg)
+
+
+def _import_user_modules(modules: list[str]) -> None:
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ValueError(
+                f"imports: cannot import {module!r} ({exc}); it must be importable from the working "
+                "directory or PYTHONPATH"
+            ) from None
+
+
+def _check_algorithm_components(cfg: GroveConfig) -> None:
+    from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+    from grove.tasks.base import TASKS
+
+    check_component(cfg.algorithm.advantage, ADVANTAGE_ESTIMATORS, "algorithm.advantage")
+    check_component(cfg.algorithm.policy_loss, POLICY_LOSSES, "algorithm.policy_loss")
+    check_component(cfg.task, TASKS, "task")
+    if cfg.algorithm.aggregation not in LOSS_AGGREGATIONS:
+        raise ValueError(
+            f"algorithm.aggregation: unknown mode {cfg.algorithm.aggregation!r}; "
+            f"allowed: {', '.join(LOSS_AGGREGATIONS.ids())}"
+        )
+    if cfg.algorithm.kl.estimator not in KL_ESTIMATORS:
+        raise ValueError(
+            f"algorithm.kl.estimator: unknown estimator {cfg.algorithm.kl.estimator!r}; "
+            f"allowed: {', '.join(KL_ESTIMATORS.ids())}"
+        )
+
+
+def _check_rewards(cfg: GroveConfig) -> None:
+    from grove.registry import REWARD_FUNCTIONS
+
+    if not cfg.rewards:
+        raise ValueError("rewards: at least one reward function is required")
+    names = [r.display_name for r in cfg.rewards]
+    if len(set(names)) != len(names):
+        raise ValueError(f"rewards: names must be unique, got {names}; give each a distinct 'name'")
+    for i, r in enumerate(cfg.rewards):
+        if ":" not in r.id:
+            try:
+                check_component(r, REWARD_FUNCTIONS, f"rewards.{i}")
+            except ValueError as exc:
+                raise ValueError(f"rewards.{i}: {exc}") from None
+    if cfg.eval.accuracy_reward is not None and cfg.eval.accuracy_reward not in names:
+        raise ValueError(f"eval.accuracy_reward: {cfg.eval.accuracy_reward!r} is not a reward name; names: {names}")
+
+
+def _check_stages(cfg: GroveConfig) -> None:
+    correction = cfg.algorithm.rollout_correction
+    if correction.mode != "none" and cfg.train.old_logprobs != "recompute":
+        raise ValueError(
+            "algorithm.rollout_correction needs the training engine's old log-probs: set train.old_logprobs: recompute"
+        )
+    if correction.lower is not None and correction.mode != "mask":
+        raise ValueError("algorithm.rollout_correction.lower applies to mode: mask only")
+    cache = cfg.algorithm.overlong.cache_tokens
+    if cache is not None and cache > cfg.rollout.max_new_tokens:
+        raise ValueError(
+            f"algorithm.overlong.cache_tokens ({cache}) must not exceed rollout.max_new_tokens "
+            f"({cfg.rollout.max_new_tokens})"
+        )
+    if cfg.algorithm.dynamic_sampling.enabled and cfg.train.completions_per_prompt < 2:
+        raise ValueError("algorithm.dynamic_sampling needs train.completions_per_prompt >= 2 (a group's variance)")
+    t = cfg.train
+    if t.completions_per_step % t.mini_batches:
+        raise ValueError(
+            f"train.mini_batches: {t.completions_per_step} completions per step "
+            f"(prompts_per_step × completions_per_prompt) do not split into {t.mini_batches} equal mini-batches"
+        )

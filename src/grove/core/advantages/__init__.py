@@ -1,0 +1,21 @@
+"""Advantage estimators (``ADVANTAGE_ESTIMATORS``): sequence scores ``[N]`` → per-token advantages ``[N, R]``.
+
+One module per family, each registering its estimators on import:
+
+* :mod:`~grove.core.advantages.group_norm`: the one normaliser ``(r - baseline) / (std + eps)`` and its
+  settings ``grpo``, ``dr_grpo``, ``rloo``, ``group_norm``, ``lite_ppo``;
+* :mod:`~grove.core.advantages.gpg`, :mod:`~grove.core.advantages.opo`: other group baselines;
+* :mod:`~grove.core.advantages.reinforce_pp`: batch-whitened returns (``reinforce_pp``, ``reinforce_pp_baseline``);
+* :mod:`~grove.core.advantages.passk`: ``grpo_passk``, ``passk_analytic``;
+* :mod:`~grove.core.advantages.bnpo`: ``bnpo``;
+* :mod:`~grove.core.advantages.remax`: ``remax`` (greedy-completion baseline).
+
+Shared pieces (score check, constant-group test, the estimator signature) are in
+:mod:`~grove.core.advantages.common`.
+"""
+
+from grove.core.advantages import bnpo, gpg, group_norm, opo, passk, reinforce_pp, remax  # noqa: F401
+from grove.core.advantages.common import AdvantageFn, check_scores, constant_group
+from grove.core.advantages.group_norm import NormConfig, normalize_scores
+
+__all__ = ["AdvantageFn", "NormConfig", "check_scores", "constant_group", "normalize_scores"]

@@ -1,0 +1,40 @@
+"""What every advantage estimator shares: the score check and the constant-group test.
+
+An estimator is ``fn(batch: RolloutBatch, scores: Tensor[N], params) -> Tensor[N, R]``: sequence
+scores in, per-token advantages out (0 outside ``batch.response_mask``; a sequence-level value is
+broadcast with :func:`grove.core.token_ops.per_token`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from pydantic import BaseModel
+from torch import Tensor
+
+from grove.batch import RolloutBatch
+from grove.core.segments import broadcast, segment_count, segment_max, segment_min
+
+__all__ = ["AdvantageFn", "check_scores", "constant_group"]
+
+#: the signature of a registered advantage estimator
+AdvantageFn = Callable[[RolloutBatch, Tensor, BaseModel], Tensor]
+
+
+def check_scores(batch: RolloutBatch, scores: Tensor) -> Tensor:
+    """Validate ``scores`` as ``[N]`` for ``batch`` and promote integer scores to float32."""
+    if scores.shape != (batch.num_samples,):
+        raise ValueError(f"scores shape {tuple(scores.shape)} != ({batch.num_samples},)")
+    return scores if scores.is_floating_point() else scores.to(torch.float32)
+
+
+def constant_group(scores: Tensor, group: Tensor, num_groups: int) -> Tensor:
+    """``[N]`` bool: the sample's segment has more than one member and all its scores are equal.
+
+    Estimators give these samples an advantage of exactly 0: ``r - mean`` is mathematically 0 there,
+    but floating-point residue of the mean would survive a division by a tiny ``std + eps``.
+    """
+    count = broadcast(segment_count(group, num_groups), group)
+    same = broadcast(segment_max(scores, group, num_groups) == segment_min(scores, group, num_groups), group)
+    return same & (count > 1)

@@ -1,0 +1,89 @@
+"""``grove plot RUN_DIR``: PNG curves of a run's metrics and held-out accuracy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from grove.infra.run_logs import JsonlLog  # noqa: E402
+
+PANELS: list[tuple[str, list[str]]] = [
+    ("reward", ["reward_mean"]),
+    ("training accuracy", ["accuracy"]),
+    ("KL to reference", ["kl", "kl_in_reward"]),
+    ("entropy", ["entropy"]),
+    ("completion length (tokens)", ["completion_length_mean", "completion_length_max"]),
+    ("clip fraction", ["clip_low_frac", "clip_high_frac", "dual_clip_frac"]),
+    ("grad norm", ["grad_norm", "grad_norm_max"]),
+    ("zero-std group fraction", ["zero_std_group_fraction"]),
+    ("seconds per step", ["rollout_seconds", "train_seconds", "step_seconds"]),
+]
+
+
+def _smooth(values: list[float], window: int) -> list[float]:
+    out, acc = [], []
+    for v in values:
+        acc.append(v)
+        if len(acc) > window:
+            acc.pop(0)
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def plot_run(run_dir: Path, smooth: int = 5) -> list[Path]:
+    """Write ``plots/training.png`` and ``plots/eval_accuracy.png``; return the written paths."""
+    records = JsonlLog(run_dir / "metrics.jsonl").read()
+    evals = JsonlLog(run_dir / "eval.jsonl").read()
+    if not records and not evals:
+        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl or eval.jsonl to plot")
+    out_dir = run_dir / "plots"
+    out_dir.mkdir(exist_ok=True)
+    written = []
+    if records:
+        cols = 3
+        rows = -(-len(PANELS) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
+        steps = [r["step"] for r in records]
+        for ax, (title, keys) in zip(axes.flat, PANELS, strict=False):
+            for key in keys:
+                pts = [(s, r[key]) for s, r in zip(steps, records, strict=True) if r.get(key) is not None]
+                if not pts:
+                    continue
+                xs, ys = zip(*pts, strict=True)
+                line = ax.plot(xs, ys, alpha=0.3)[0]
+                ax.plot(xs, _smooth(list(ys), smooth), color=line.get_color(), label=key)
+            ax.set_title(title)
+            ax.set_xlabel("step")
+            if ax.lines:
+                ax.legend(fontsize=7)
+            else:
+                ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+        for ax in list(axes.flat)[len(PANELS) :]:
+            ax.axis("off")
+        fig.suptitle(str(run_dir))
+        fig.tight_layout()
+        path = out_dir / "training.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    if evals:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        xs = [e["step"] for e in evals]
+        ys = [100 * e["accuracy"] for e in evals]
+        lo = [100 * (e["accuracy"] - e["ci_low"]) for e in evals]
+        hi = [100 * (e["ci_high"] - e["accuracy"]) for e in evals]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4)
+        ax.set_xlabel("step")
+        ax.set_ylabel("held-out accuracy (%)")
+        ax.set_title(f"held-out accuracy, 95% Wilson CI (n={evals[-1]['total']})")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = out_dir / "eval_accuracy.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written

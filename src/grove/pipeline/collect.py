@@ -1,0 +1,205 @@
+"""One step's experience: prompts → G completions each → rewards → typed batch → advantages.
+
+Order of operations (each optional stage is a config setting, not a trainer branch):
+
+1. generate and score ``prompts_per_step`` groups (one *round*); DAPO's soft overlong punishment
+   is added to the rewards as the column ``overlong_penalty``;
+2. DAPO dynamic sampling: keep only groups with non-zero reward variance and draw further rounds
+   until ``prompts_per_step`` such groups exist or ``max_rounds`` is reached; missing groups are
+   then filled with the zero-variance groups of the last round (they carry no advantage; the
+   number is logged as ``dynamic_sampling_filled_groups``);
+3. DAPO overlong filtering: truncated completions get an all-zero ``loss_mask``;
+4. reference log-probs (β > 0) and, with ``kl.placement: reward``, ``β·Σ_t KL_t`` subtracted
+   from each sample's score;
+5. advantages from the registered estimator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from pydantic import BaseModel
+from torch import Tensor
+
+from grove.batch import RolloutBatch, concat_batches
+from grove.core.shaping import informative_groups, soft_overlong_penalty
+from grove.rewards.loading import RewardSpec, combine_rewards, compute_rewards
+from grove.rollout.base import RolloutEngine, RolloutOutput, SamplingParams
+from grove.tasks.base import Example, columns_for_rewards
+
+OVERLONG_REWARD = "overlong_penalty"
+
+#: draws the next ``count`` training examples and their prompt token ids
+PromptSource = Callable[[int], tuple[list[Example], list[list[int]]]]
+
+
+@dataclass(frozen=True)
+class ExperienceSettings:
+    groups: int
+    completions_per_group: int
+    sampling: SamplingParams
+    rewards: Sequence[RewardSpec]
+    advantage_fn: Callable
+    advantage_params: BaseModel
+    max_rounds: int = 1  # > 1: DAPO dynamic sampling
+    overlong_filter: bool = False
+    overlong_cache_tokens: int | None = None  # set: DAPO soft overlong punishment
+    overlong_max_penalty: float = 1.0
+    greedy_baseline: bool = False  # one extra greedy completion per prompt, scored (e.g. ReMax)
+    pad_token_id: int = 0
+
+
+@dataclass(frozen=True)
+class KLInReward:
+    estimator: Callable[[Tensor, Tensor], Tensor]
+    coef: float
+
+
+@dataclass(frozen=True)
+class StepExperience:
+    batch: RolloutBatch
+    scores: Tensor  # [N] the scalar reward the advantages were computed from
+    generation_seconds: float
+    generated_tokens: int
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Round:
+    batch: RolloutBatch
+    scores: Tensor
+    seconds: float
+    tokens: int
+
+
+def _score(
+    out: RolloutOutput, examples: list[Example], s: ExperienceSettings, step: int
+) -> tuple[Tensor, list[str], Tensor, list[str]]:
+    """``(rewards [M, K], reward names, combined scores [M], prompt texts)`` of an engine output."""
+    rows = [examples[i] for i in out.prompt_index.tolist()]
+    prompts = [e.prompt_text for e in rows]
+    columns = columns_for_rewards(rows)
+    rewards = compute_rewards(s.rewards, prompts, out.texts, columns, step=step)
+    names = [r.name for r in s.rewards]
+    weights = [r.weight for r in s.rewards]
+    if s.overlong_cache_tokens is not None:
+        penalty = soft_overlong_penalty(
+            out.response_mask.sum(1),
+            max_length=s.sampling.max_new_tokens,
+            cache_length=s.overlong_cache_tokens,
+            max_penalty=s.overlong_max_penalty,
+        )
+        rewards = torch.cat([rewards, penalty[:, None]], dim=1)
+        names.append(OVERLONG_REWARD)
+        weights.append(1.0)
+    return rewards, names, combine_rewards(rewards, torch.tensor(weights)), prompts
+
+
+def _sample_round(
+    engine: RolloutEngine,
+    examples: list[Example],
+    prompt_ids: list[list[int]],
+    s: ExperienceSettings,
+    generator: torch.Generator,
+    step: int,
+    group_offset: int,
+) -> _Round:
+    out = engine.generate(prompt_ids, s.completions_per_group, s.sampling, generator)
+    rewards, names, scores, prompts = _score(out, examples, s, step)
+    seconds, tokens = out.seconds, out.num_generated_tokens
+    baseline = None
+    if s.greedy_baseline:
+        greedy_sampling = dataclasses.replace(s.sampling, temperature=0.0, top_k=0, top_p=1.0)
+        greedy = engine.generate(prompt_ids, 1, greedy_sampling, generator)
+        baseline = _score(greedy, examples, s, step)[2][out.prompt_index]
+        seconds, tokens = seconds + greedy.seconds, tokens + greedy.num_generated_tokens
+    num = out.num_samples
+    response_mask = out.response_mask.bool()
+    batch = RolloutBatch(
+        prompt_ids=out.prompt_ids,
+        prompt_mask=out.prompt_mask.bool(),
+        response_ids=out.response_ids,
+        response_mask=response_mask,
+        loss_mask=response_mask.clone(),
+        old_logprobs=out.logprobs.float(),
+        rewards=rewards,
+        reward_names=tuple(names),
+        group_index=out.prompt_index.long() + group_offset,
+        trajectory_index=torch.arange(num) + group_offset * s.completions_per_group,
+        step_index=torch.zeros(num, dtype=torch.long),
+        truncated=out.truncated,
+        baseline_scores=baseline,
+        metadata=tuple(
+            {"prompt": prompts[k], "completion": out.texts[k], "finish_reason": out.finish_reasons[k]}
+            for k in range(num)
+        ),
+    )
+    return _Round(batch, scores, seconds, tokens)
+
+
+def _first_groups(batch: RolloutBatch, scores: Tensor, count: int) -> tuple[RolloutBatch, Tensor]:
+    """The samples of the first ``count`` distinct groups, in order."""
+    _, first_seen = torch.unique_consecutive(batch.group_index, return_inverse=True)
+    keep = (first_seen < count).nonzero().flatten()
+    return batch.select(keep), scores[keep]
+
+
+def collect_experience(
+    engine: RolloutEngine,
+    draw: PromptSource,
+    s: ExperienceSettings,
+    generator: torch.Generator,
+    *,
+    step: int,
+    reference: Callable[[RolloutBatch], Tensor] | None = None,
+    kl_in_reward: KLInReward | None = None,
+) -> StepExperience:
+    kept: list[tuple[RolloutBatch, Tensor]] = []  # (samples, their scores) of the groups kept so far
+    kept_groups = 0
+    seconds = 0.0
+    tokens = 0
+    rounds = 0
+    last: _Round | None = None
+    while rounds < s.max_rounds and kept_groups < s.groups:
+        examples, prompt_ids = draw(s.groups)
+        last = _sample_round(engine, examples, prompt_ids, s, generator, step, group_offset=rounds * s.groups)
+        rounds += 1
+        seconds += last.seconds
+        tokens += last.tokens
+        if s.max_rounds == 1:
+            kept.append((last.batch, last.scores))
+            kept_groups = s.groups
+            break
+        informative = informative_groups(last.scores, last.batch.group_index).nonzero().flatten()
+        if len(informative):
+            kept.append((last.batch.select(informative), last.scores[informative]))
+            kept_groups += len(informative) // s.completions_per_group
+    filled = 0
+    if kept_groups < s.groups:  # out of rounds: top up with the last round's uninformative groups
+        assert last is not None
+        rest = (~informative_groups(last.scores, last.batch.group_index)).nonzero().flatten()
+        filled = min(s.groups - kept_groups, len(rest) // s.completions_per_group)
+        kept.append((last.batch.select(rest), last.scores[rest]))
+    batch = concat_batches([b for b, _ in kept], pad_token_id=s.pad_token_id)
+    scores = torch.cat([sc for _, sc in kept])
+    batch, scores = _first_groups(batch, scores, s.groups)
+
+    stats: dict[str, float] = {}
+    if s.max_rounds > 1:
+        stats["dynamic_sampling_rounds"] = float(rounds)
+        stats["dynamic_sampling_filled_groups"] = float(filled)
+    if s.overlong_filter:
+        batch = batch.replace(loss_mask=batch.loss_mask & ~batch.truncated[:, None])
+        stats["overlong_filtered_fraction"] = float(batch.truncated.float().mean())
+    if reference is not None:
+        batch = batch.replace(ref_logprobs=reference(batch))
+        if kl_in_reward is not None:
+            per_token = kl_in_reward.estimator(batch.old_logprobs, batch.ref_logprobs) * batch.response_mask
+            sequence_kl = per_token.sum(1)
+            scores = scores - kl_in_reward.coef * sequence_kl
+            stats["kl_in_reward"] = float(per_token.sum() / batch.response_mask.sum().clamp_min(1))
+    advantages = s.advantage_fn(batch, scores, s.advantage_params)
+    return StepExperience(batch.replace(advantages=advantages), scores, seconds, tokens, stats)

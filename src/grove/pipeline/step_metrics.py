@@ -1,0 +1,40 @@
+"""Per-step rollout statistics (rewards, accuracy, advantages, lengths), vectorised."""
+
+from __future__ import annotations
+
+import torch
+
+from grove.batch import RolloutBatch
+from grove.core.shaping import group_reward_spread
+from grove.core.token_ops import row_mean
+
+
+def zero_std_group_fraction(scores: torch.Tensor, group_index: torch.Tensor) -> float:
+    """Fraction of groups whose members all got the same score (they carry no GRPO signal)."""
+    spread, _ = group_reward_spread(scores, group_index)
+    return float((spread == 0).float().mean())
+
+
+def step_metrics(exp, batch: RolloutBatch, *, accuracy_reward: str) -> dict[str, float]:
+    scores = exp.scores
+    metrics: dict[str, float] = {"reward_mean": float(scores.mean()), "reward_std": float(scores.std(unbiased=False))}
+    for k, name in enumerate(batch.reward_names):
+        column = batch.rewards[:, k]
+        valid = column[~column.isnan()]
+        if valid.numel():
+            metrics[f"reward/{name}_mean"] = float(valid.mean())
+            metrics[f"reward/{name}_std"] = float(valid.std(unbiased=False))
+    acc = batch.rewards[:, batch.reward_names.index(accuracy_reward)]
+    metrics["accuracy"] = float((torch.nan_to_num(acc, nan=0.0) >= 1.0).float().mean())
+    seq_adv = row_mean(batch.advantages, batch.response_mask)
+    metrics["advantage_mean"] = float(seq_adv.mean())
+    metrics["advantage_std"] = float(seq_adv.std(unbiased=False))
+    metrics["advantage_abs_max"] = float(seq_adv.abs().max())
+    metrics["zero_std_group_fraction"] = zero_std_group_fraction(scores, batch.group_index)
+    lengths = batch.response_lengths.float()
+    metrics["completion_length_mean"] = float(lengths.mean())
+    metrics["completion_length_max"] = float(lengths.max())
+    metrics["completion_length_min"] = float(lengths.min())
+    metrics["truncated_fraction"] = float(batch.truncated.float().mean())
+    metrics["generated_tokens"] = float(exp.generated_tokens)
+    return metrics

@@ -1,0 +1,264 @@
+"""The policy update: μ epochs × mini-batches (optimizer steps) × micro-batches (accumulation).
+
+The loss of a micro-batch is aggregated with the *mini-batch's* global scale (token and sequence
+counts), so summing micro-batch losses, which is what gradient accumulation does, gives exactly
+the full mini-batch loss whatever the micro-batch size (``grove.core.aggregation``).
+
+Old log-probs (``train.old_logprobs``): with ``auto``, an on-policy update (one epoch, one
+mini-batch) uses the current forward's detached log-probs as ``old_logprobs``, so the ratio is
+exactly 1 and no extra forward is spent, and an off-policy update uses the rollout engine's
+log-probs (they equal the training forward's to within the mismatch logged as
+``logprob_mismatch_max``); with ``recompute`` the trainer has replaced ``batch.old_logprobs`` by a
+no-grad training forward before the update, and those are used as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from pydantic import BaseModel
+from torch import Tensor
+
+from grove.batch import RolloutBatch
+from grove.core.aggregation import AggregationScale, SequenceCount
+from grove.core.losses import PolicyLossFn, PolicyLossInput
+from grove.core.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE
+from grove.infra.precision import autocast
+from grove.models.forward import response_logprobs
+from grove.pipeline.downsampling import (
+    TokenSelection,
+    select_loss_tokens,
+    selected_token_count,
+    tokens_with_signal,
+)
+
+
+@dataclass(frozen=True)
+class LossComponents:
+    """The resolved loss pieces (registry functions and their validated parameters)."""
+
+    policy_loss: PolicyLossFn
+    policy_params: BaseModel
+    aggregate: Callable[[Tensor, Tensor, AggregationScale], Tensor]
+    kl_estimator: Callable[[Tensor, Tensor], Tensor] | None  # set when the KL term is in the loss
+    temperature: float
+    max_response_length: int
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    logit_cache_bytes: int = DEFAULT_CACHE_BYTES  # softmax of a micro-batch kept for backward up to this size
+    forward: str = "padded"  # training-forward layout: "packed" | "shared_prefix" | "padded" (grove.models.forward)
+    precision: str = "fp32"  # "bf16": forward under bfloat16 autocast
+    token_selection: TokenSelection | None = None  # D^3S token-level down-sampling (grove.pipeline.downsampling)
+    sequence_count: SequenceCount = "all_rows"  # which rows the seq_mean_* aggregations count (grove.core.aggregation)
+
+
+@dataclass(frozen=True)
+class UpdateSchedule:
+    ppo_epochs: int
+    mini_batches: int
+    micro_batch_size: int
+    max_grad_norm: float | None
+    recompute_old_logprobs: bool = False
+
+    @property
+    def on_policy(self) -> bool:
+        return self.ppo_epochs == 1 and self.mini_batches == 1
+
+    @property
+    def old_from_current_forward(self) -> bool:
+        return self.on_policy and not self.recompute_old_logprobs
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """The step's loss coefficients (controllers may change them between steps)."""
+
+    kl: float = 0.0
+    entropy: float = 0.0
+    token_keep_ratio: float = 1.0  # D^3S: fraction of loss tokens kept (this step's schedule value)
+
+
+class TokenStats:
+    """Sums of per-token statistics over loss tokens, for micro-batch-independent averages."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.tokens = 0.0
+
+    def add(self, values: dict[str, Tensor], mask: Tensor) -> None:
+        self.tokens += float(mask.sum())
+        for name, v in values.items():
+            self.sums[name] += float((v.detach().float() * mask).sum())
+
+    def means(self) -> dict[str, float]:
+        return {k: v / max(self.tokens, 1.0) for k, v in self.sums.items()}
+
+
+def _selects_tokens(parts: LossComponents, coefs: Coefficients) -> bool:
+    return parts.token_selection is not None and coefs.token_keep_ratio < 1.0
+
+
+def _selects_in_loss(parts: LossComponents, coefs: Coefficients) -> bool:
+    """Token selection inside each micro-batch's loss (scopes ``sequence`` and ``micro_batch``)."""
+    return _selects_tokens(parts, coefs) and parts.token_selection.scope != "batch"
+
+
+@torch.no_grad()
+def _batch_token_mask(
+    model: torch.nn.Module, mini: RolloutBatch, micro_indices: tuple[Tensor, ...], parts: LossComponents, ratio: float
+) -> Tensor:
+    """Token scope ``batch``: the mini-batch's loss mask restricted to its top ``|A|·H`` tokens over all
+    sequences, with the entropies of a no-grad pass of the same training forward (same layout and
+    micro-batches, so the same values the gradient pass computes; it costs one extra forward)."""
+    entropy = torch.zeros(mini.loss_mask.shape, dtype=torch.float32, device=mini.loss_mask.device)
+    for idx in micro_indices:
+        mb = mini.select(idx).trimmed()
+        with autocast(parts.precision):
+            _, ent = response_logprobs(
+                model, mb, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size
+            )
+        entropy[idx, : ent.shape[1]] = ent.float()
+    return select_loss_tokens(mini.loss_mask, mini.advantages, entropy, parts.token_selection, ratio)
+
+
+def micro_batch_loss(
+    model: torch.nn.Module,
+    mb: RolloutBatch,
+    parts: LossComponents,
+    scale: AggregationScale,
+    coefs: Coefficients,
+    *,
+    old_from_current: bool,
+) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor]:
+    """Loss of one micro-batch (already divided by the global scale), its per-token statistics, the
+    rollout-vs-training log-prob mismatch and the mask of the tokens in the loss (after token selection)."""
+    logprobs, entropy = response_logprobs(
+        model, mb, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size,
+        cache_bytes=parts.logit_cache_bytes,
+    )
+    mask = mb.loss_mask.to(logprobs.dtype)
+    if _selects_in_loss(parts, coefs):
+        mask = select_loss_tokens(mask, mb.advantages, entropy, parts.token_selection, coefs.token_keep_ratio)
+    rollout = mb.rollout_logprobs if mb.rollout_logprobs is not None else mb.old_logprobs
+    inputs = PolicyLossInput(
+        logprobs=logprobs,
+        old_logprobs=logprobs.detach() if old_from_current else mb.old_logprobs,
+        advantages=mb.advantages,
+        loss_mask=mask,
+        ref_logprobs=mb.ref_logprobs,
+        rollout_logprobs=rollout,
+        entropy=entropy,
+        group_index=mb.group_index,
+        trajectory_index=mb.trajectory_index,
+        step_index=mb.step_index,
+        anchor_index=mb.anchor_index,
+    )
+    out = parts.policy_loss(inputs, parts.policy_params)
+    token_loss = out.token_loss if mb.correction_weights is None else out.token_loss * mb.correction_weights
+    loss = parts.aggregate(token_loss, mask, scale)
+    stats = dict(out.token_stats)
+    stats["entropy"] = entropy.detach()
+    if parts.kl_estimator is not None and mb.ref_logprobs is not None:
+        kl = parts.kl_estimator(logprobs, mb.ref_logprobs)
+        loss = loss + coefs.kl * parts.aggregate(kl, mask, scale)
+        stats["kl"] = kl.detach()
+    if coefs.entropy:
+        loss = loss - coefs.entropy * parts.aggregate(entropy, mask, scale)
+    mismatch = (logprobs.detach() - rollout).abs() * mb.loss_mask
+    return loss, stats, mismatch, mask
+
+
+def policy_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    batch: RolloutBatch,
+    parts: LossComponents,
+    schedule: UpdateSchedule,
+    generator: torch.Generator,
+    coefs: Coefficients = Coefficients(),
+) -> dict[str, float]:
+    """Run μ epochs of mini-batch updates on one step's rollouts; return averaged metrics."""
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = batch.num_samples
+    mini_size = n // schedule.mini_batches
+    token_stats = TokenStats()
+    losses: list[float] = []
+    grad_norms: list[float] = []
+    mismatch_max = 0.0
+    mismatch_sum = 0.0
+    mismatch_tokens = 0.0
+    grad_tokens = 0.0
+    signal_tokens = 0.0
+    for epoch in range(schedule.ppo_epochs):
+        order = torch.randperm(n, generator=generator) if not schedule.on_policy else torch.arange(n)
+        for mini_index, mini_idx in enumerate(torch.split(order, mini_size)):
+            mini = batch.select(mini_idx)
+            # micro-batch order: groups kept together for the prompt-sharing forwards (within a group,
+            # longest first); otherwise length-sorted, which wastes less compute on padding
+            by_length = torch.argsort(mini.response_lengths + mini.prompt_mask.sum(1), descending=True, stable=True)
+            if parts.forward != "padded":
+                by_length = by_length[torch.argsort(mini.group_index[by_length], stable=True)]
+            micro_indices = torch.split(by_length, schedule.micro_batch_size)
+            candidates = mini.loss_mask  # loss tokens before token selection (for the statistics)
+            if _selects_tokens(parts, coefs) and not _selects_in_loss(parts, coefs):
+                mini = mini.replace(
+                    loss_mask=_batch_token_mask(model, mini, micro_indices, parts, coefs.token_keep_ratio)
+                )
+            scale = AggregationScale.from_mask(
+                mini.loss_mask, parts.max_response_length, sequence_count=parts.sequence_count
+            )
+            if _selects_in_loss(parts, coefs):  # normalise by the tokens that will really be in the loss
+                kept = sum(
+                    selected_token_count(mini.loss_mask[i], parts.token_selection, coefs.token_keep_ratio)
+                    for i in micro_indices
+                )
+                scale = dataclasses.replace(scale, num_tokens=max(kept, 1.0))
+            optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            first_pass = epoch == 0 and mini_index == 0
+            for micro_idx in micro_indices:
+                mb = mini.select(micro_idx).trimmed()
+                with autocast(parts.precision):
+                    loss, stats, mismatch, in_loss = micro_batch_loss(
+                        model, mb, parts, scale, coefs, old_from_current=schedule.old_from_current_forward
+                    )
+                loss.backward()
+                total += float(loss.detach())
+                token_stats.add(stats, candidates[micro_idx][:, : mb.loss_mask.shape[1]].float())
+                grad_tokens += float(in_loss.sum())
+                signal_tokens += tokens_with_signal(in_loss, mb.advantages)
+                if first_pass:  # before any optimizer step: a clean rollout-vs-training comparison
+                    mismatch_max = max(mismatch_max, float(mismatch.max()) if mismatch.numel() else 0.0)
+                    mismatch_sum += float(mismatch.sum())
+                    mismatch_tokens += float(mb.loss_mask.sum())
+            max_norm = schedule.max_grad_norm if schedule.max_grad_norm is not None else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            optimizer.step()
+            scheduler.step()
+            losses.append(total)
+            grad_norms.append(float(grad_norm))
+    means = token_stats.means()
+    metrics = {
+        "loss": sum(losses) / len(losses),
+        "grad_norm": sum(grad_norms) / len(grad_norms),
+        "grad_norm_max": max(grad_norms),
+        "lr": scheduler.get_last_lr()[0],
+        "entropy": means.pop("entropy", float("nan")),
+        "logprob_mismatch_max": mismatch_max,
+        "logprob_mismatch_mean": mismatch_sum / max(mismatch_tokens, 1.0),
+        "trained_tokens": token_stats.tokens,
+        "grad_tokens": grad_tokens,
+        "grad_tokens_with_signal": signal_tokens,
+    }
+    if _selects_tokens(parts, coefs):
+        metrics["selection/token_keep_ratio"] = coefs.token_keep_ratio
+        metrics["selection/kept_tokens_frac"] = grad_tokens / max(token_stats.tokens, 1.0)
+    if "kl" in means:
+        metrics["kl"] = means.pop("kl")
+    metrics.update({f"{k}_frac" if k.startswith(("clip", "dual")) else k: v for k, v in means.items()})
+    return metrics
