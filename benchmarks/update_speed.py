@@ -23,14 +23,14 @@ import grove.builtin_components  # noqa: F401
 from grove.config import load_config
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime
-from grove.models.loading import load_policy
+from grove.models.pretrained import load_policy
 from grove.pipeline.collect import ExperienceSettings, collect_experience
 from grove.pipeline.update import UpdateSchedule, policy_update
 from grove.registry import ADVANTAGE_ESTIMATORS
-from grove.rewards.loading import resolve_rewards
-from grove.rollout.base import SamplingParams, encode_prompts
+from grove.rewards.scoring import resolve_rewards
+from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
-from grove.tasks.base import build_task
+from grove.tasks.task import build_task
 from grove.training.optim import build_optimizer
 from grove.training.prompt_sampler import PromptSampler
 from grove.training.trainer import resolve_loss_components

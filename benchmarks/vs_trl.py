@@ -39,7 +39,7 @@ def peak_rss_gb() -> float:
 
 def arithmetic_examples(n: int):
     import grove.builtin_components  # noqa: F401
-    from grove.tasks.base import build_task
+    from grove.tasks.task import build_task
 
     task = build_task(
         "arithmetic",
@@ -83,8 +83,8 @@ def worker_trl(steps: int, threads: int) -> dict:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grove.models.loading import resolve_model_path
-    from grove.rewards.loading import resolve_reward
+    from grove.models.pretrained import resolve_model_path
+    from grove.rewards.scoring import resolve_reward
 
     torch.set_num_threads(threads)
     path = str(resolve_model_path("smollm2-135m"))

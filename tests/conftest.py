@@ -11,7 +11,7 @@ torch.set_num_threads(1)
 
 import pytest  # noqa: E402
 
-from grove.models.loading import load_policy  # noqa: E402
+from grove.models.pretrained import load_policy  # noqa: E402
 from grove.models.tiny import create_tiny_model_dir  # noqa: E402
 
 

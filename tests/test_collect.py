@@ -11,9 +11,9 @@ from grove.core.shaping import informative_groups, soft_overlong_penalty
 from grove.pipeline.coefficients import EntropyController, KLController
 from grove.pipeline.collect import ExperienceSettings, KLInReward, collect_experience
 from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, NoParams
-from grove.rewards.loading import resolve_reward
-from grove.rollout.base import RolloutOutput, SamplingParams
-from grove.tasks.base import Example
+from grove.rewards.scoring import resolve_reward
+from grove.rollout.engine import RolloutOutput, SamplingParams
+from grove.tasks.task import Example
 
 
 class ScriptedEngine:

@@ -12,7 +12,7 @@ from grove.core.output_projection import (
     token_logprobs_and_entropy,
 )
 from grove.models.forward import policy_forward
-from grove.rollout.base import SamplingParams, encode_prompts
+from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 
 PROMPTS = ["What is 2+2?", "Hi", "Solve for x: 2x + 3 = 11. Think step by step.", "Count: 1 2 3"]

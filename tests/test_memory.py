@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from grove.cli import app
 from grove.infra.memory_plan import ModelDims, RunShape, estimate_peak_bytes
-from grove.models.loading import load_policy
+from grove.models.pretrained import load_policy
 from grove.models.tiny import create_tiny_model_dir
 
 

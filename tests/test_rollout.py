@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grove.rollout.base import RolloutEngine, SamplingParams, encode_prompts
+from grove.rollout.engine import RolloutEngine, SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine, filter_logits
 
 PROMPTS = ["What is 2+2?", "Hi", "Solve for x: 2x + 3 = 11. Think step by step."]

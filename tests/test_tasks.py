@@ -11,7 +11,7 @@ import pytest
 
 import grove.tasks  # noqa: F401  (registers the built-in tasks)
 from grove.registry import UnknownComponentError
-from grove.tasks.base import TASKS, Example, Task, TaskParamsError, build_task, columns_for_rewards
+from grove.tasks.task import TASKS, Example, Task, TaskParamsError, build_task, columns_for_rewards
 
 
 def _questions(examples):

@@ -216,7 +216,7 @@ def test_user_reward_by_import_path_and_crashing_reward(tiny_model, tmp_path, mo
     assert result.exit_code == 0, result.output
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert row["reward/char_count_mean"] > 0
-    from grove.rewards.loading import RewardFunctionError
+    from grove.rewards.scoring import RewardFunctionError
 
     bad = tmp_path / "bad"
     rewards = "[{id: answer_match, extract: last_number}, {id: 'user_rewards:explodes_on_bad'}]"
@@ -229,7 +229,7 @@ def test_user_reward_by_import_path_and_crashing_reward(tiny_model, tmp_path, mo
 
 
 def _force_bad_completion(specs, prompts, completions, columns, *, step):
-    from grove.rewards.loading import compute_rewards
+    from grove.rewards.scoring import compute_rewards
 
     return compute_rewards(specs, prompts, ["BAD"] + list(completions[1:]), columns, step=step)
 

@@ -102,10 +102,10 @@ def eval_(
     import grove.builtin_components  # noqa: F401
     from grove.evaluation.evaluate import evaluate_config
     from grove.infra.runtime import configure_runtime
-    from grove.models.loading import load_policy
-    from grove.rewards.loading import resolve_rewards
+    from grove.models.pretrained import load_policy
+    from grove.rewards.scoring import resolve_rewards
     from grove.rollout.hf_engine import TransformersEngine
-    from grove.tasks.base import build_task
+    from grove.tasks.task import build_task
 
     configure_runtime(cfg.threads, cfg.host_allocator)
     try:
@@ -154,9 +154,9 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
     import grove.builtin_components  # noqa: F401
     from grove.config.derived import needs_reference_model
     from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes
-    from grove.models.loading import resolve_model_path
-    from grove.rollout.base import encode_prompts
-    from grove.tasks.base import build_task
+    from grove.models.pretrained import resolve_model_path
+    from grove.rollout.engine import encode_prompts
+    from grove.tasks.task import build_task
 
     path = resolve_model_path(cfg.model.name)
     tokenizer = _tokenizer(path)

@@ -41,7 +41,7 @@ def _import_user_modules(modules: list[str]) -> None:
 
 def _check_algorithm_components(cfg: GroveConfig) -> None:
     from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
-    from grove.tasks.base import TASKS
+    from grove.tasks.task import TASKS
 
     check_component(cfg.algorithm.advantage, ADVANTAGE_ESTIMATORS, "algorithm.advantage")
     check_component(cfg.algorithm.policy_loss, POLICY_LOSSES, "algorithm.policy_loss")

@@ -10,9 +10,9 @@ import torch
 
 from grove.evaluation.stats import AccuracyReport
 from grove.infra.precision import autocast
-from grove.rewards.loading import RewardSpec, compute_rewards
-from grove.rollout.base import RolloutEngine, SamplingParams, encode_prompts
-from grove.tasks.base import Example, columns_for_rewards
+from grove.rewards.scoring import RewardSpec, compute_rewards
+from grove.rollout.engine import RolloutEngine, SamplingParams, encode_prompts
+from grove.tasks.task import Example, columns_for_rewards
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ def create_tiny_model_dir(
 ) -> Path:
     """Write a randomly initialised ``LlamaForCausalLM`` and its tokenizer to ``path`` and return it.
 
-    The directory is loadable with :func:`grove.models.loading.load_policy`. Initialisation is seeded by
+    The directory is loadable with :func:`grove.models.pretrained.load_policy`. Initialisation is seeded by
     ``seed`` without touching the global RNG. A larger ``initializer_range`` gives peakier distributions.
     """
     path = Path(path)

@@ -26,9 +26,9 @@ from torch import Tensor
 
 from grove.batch import RolloutBatch, concat_batches
 from grove.core.shaping import informative_groups, soft_overlong_penalty
-from grove.rewards.loading import RewardSpec, combine_rewards, compute_rewards
-from grove.rollout.base import RolloutEngine, RolloutOutput, SamplingParams
-from grove.tasks.base import Example, columns_for_rewards
+from grove.rewards.scoring import RewardSpec, combine_rewards, compute_rewards
+from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
+from grove.tasks.task import Example, columns_for_rewards
 
 OVERLONG_REWARD = "overlong_penalty"
 

@@ -2,7 +2,7 @@
 
 from grove.rewards import builtin  # noqa: F401  (registers the built-in rewards)
 from grove.rewards.extract import extract_answer
-from grove.rewards.loading import (
+from grove.rewards.scoring import (
     RewardFunctionError,
     RewardLoadError,
     RewardSpec,

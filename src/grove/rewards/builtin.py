@@ -11,7 +11,7 @@ A registered reward is a function ``fn(prompts, completions, *, params, **column
   unknown columns are ignored,
 
 and it returns one ``float`` per sample, or ``None`` where the reward does not apply to that sample.
-:func:`grove.rewards.loading.bind_reward` fixes ``params`` and returns a plain TRL-style callable
+:func:`grove.rewards.scoring.bind_reward` fixes ``params`` and returns a plain TRL-style callable
 ``f(prompts, completions, **columns)``.
 """
 

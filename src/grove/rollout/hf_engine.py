@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
-from grove.rollout.base import RolloutEngine, RolloutOutput, SamplingParams
+from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 
 __all__ = ["TransformersEngine", "filter_logits"]
 

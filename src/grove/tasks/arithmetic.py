@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from grove.tasks.base import TASKS, Example, Task, TaskSplits
+from grove.tasks.task import TASKS, Example, Task, TaskSplits
 
 Operator = Literal["+", "-", "*"]
 

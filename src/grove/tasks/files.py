@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from grove.tasks.base import TASKS, Example, Task, TaskSplits
+from grove.tasks.task import TASKS, Example, Task, TaskSplits
 
 
 class FileTaskParams(BaseModel):

@@ -30,7 +30,7 @@ from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import RunLogger
 from grove.infra.runtime import configure_runtime, release_host_memory
 from grove.models.forward import response_logprobs
-from grove.models.loading import load_policy
+from grove.models.pretrained import load_policy
 from grove.pipeline.coefficients import EntropyController, KLController
 from grove.pipeline.collect import ExperienceSettings, KLInReward, collect_experience
 from grove.pipeline.downsampling import SampleSelection, TokenSelection, select_rollouts
@@ -38,11 +38,11 @@ from grove.pipeline.rollout_correction import apply_rollout_correction
 from grove.pipeline.step_metrics import step_metrics
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
-from grove.rewards.loading import resolve_rewards
-from grove.rollout.base import SamplingParams, encode_prompts
+from grove.rewards.scoring import resolve_rewards
+from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.generation_weights import GenerationWeights
 from grove.rollout.hf_engine import TransformersEngine
-from grove.tasks.base import build_task
+from grove.tasks.task import build_task
 from grove.training.optim import build_optimizer
 from grove.training.prompt_sampler import PromptSampler
 
