@@ -27,7 +27,7 @@ def test_documented_estimator_trains_through_the_cli(tmp_path, monkeypatch):
     from grove.registry import ADVANTAGE_ESTIMATORS
 
     # hand-computed: group 0 scores [1, 0, 0, 1] -> lower median 0 -> (r - 0) / 2; group 1 [3, 5, 4] -> median 4
-    from test_core_advantages import make_test_batch
+    from test_advantages_group_norm import make_test_batch
 
     batch = make_test_batch([0, 0, 0, 0, 1, 1, 1], [2] * 7)
     scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 3.0, 5.0, 4.0])

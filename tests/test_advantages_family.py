@@ -28,7 +28,7 @@ from grove.core.advantages.reinforce_pp import (
     outcome_returns,
 )
 from grove.registry import ADVANTAGE_ESTIMATORS, NoParams
-from test_core_advantages import make_test_batch
+from test_advantages_group_norm import make_test_batch
 
 EPS = 1e-6
 SEEDS = [0, 1, 2, 3, 4, 5]

@@ -1,6 +1,6 @@
 """Clip-Cov and KL-Cov ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models")
 against hand cases and loop transcriptions of verl's code. Shared helpers live in
-test_core_policy_losses_family.py."""
+test_losses_family.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 import grove.core  # noqa: F401  (registration)
 from grove.core.losses import PolicyLossInput
 from grove.core.losses.covariance import ClipCovParams, KLCovParams, clip_cov, clip_cov_loss, kl_cov
-from test_core_policy_losses_family import aggregate, leaf, random_inputs, t, verl_token_mean
+from test_losses_family import aggregate, leaf, random_inputs, t, verl_token_mean
 
 
 def ref_clip_cov(logp, old, adv, mask, lo, hi, ratio, lb, ub):

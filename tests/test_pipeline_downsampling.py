@@ -23,7 +23,7 @@ from grove.pipeline.downsampling import (
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
-from test_core_advantages import make_test_batch
+from test_advantages_group_norm import make_test_batch
 from test_train_e2e import base_overrides, metric_rows, run_cli
 
 

@@ -1,5 +1,5 @@
 """Pass@k-style and BNPO advantage estimators (grove.core.advantages.passk) against hand values and
-loop transcriptions of verl's and the BNPO authors' code. Shared helpers live in test_core_advantages_family.py."""
+loop transcriptions of verl's and the BNPO authors' code. Shared helpers live in test_advantages_family.py."""
 
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import grove.core  # noqa: F401  (registration)
 from grove.core.advantages import NormConfig, normalize_scores
 from grove.core.advantages.bnpo import BNPOParams, beta_parameters
 from grove.core.advantages.passk import GRPOPassKParams, PassKAnalyticParams
-from test_core_advantages import make_test_batch
-from test_core_advantages_family import EPS, SEEDS, estimator, first_token, random_case, ref_groups
+from test_advantages_family import EPS, SEEDS, estimator, first_token, random_case, ref_groups
+from test_advantages_group_norm import make_test_batch
 
 
 def ref_grpo_passk(scores, mask, index, norm=True, eps=1e-6):
