@@ -23,7 +23,7 @@ __all__ = [
 
 class KLConfig(Section):
     estimator: str = Field("k3", description="KL estimator id (k1, k2, k3, low_var_k3, ...).")
-    coef: float = Field(0.0, ge=0.0, description="β (initial β when adaptive). 0 loads no reference model.")
+    coef: float = Field(0.0, ge=0.0, description="β (initial β when adaptive). 0: no KL and no reference model (unless the policy loss reads ref_logprobs).")
     placement: Literal["loss", "reward"] = Field(
         "loss", description="'loss': β·KL aggregated into the loss; 'reward': β·Σ_t KL_t subtracted from the score."
     )

@@ -21,16 +21,6 @@ import torch
 from pydantic import BaseModel
 from torch import Tensor
 
-__all__ = [
-    "LOG_RATIO_CLAMP",
-    "PolicyLossFn",
-    "PolicyLossInput",
-    "PolicyLossOutput",
-    "clip_indicators",
-    "importance_ratio",
-    "masked_token_stats",
-]
-
 #: The log importance ratio is clamped to this range before ``exp`` so a stale or corrupted
 #: log-prob cannot overflow to ``inf`` (``exp(20) ≈ 4.9e8``). Tokens outside the range get no
 #: gradient through the ratio; with any sane clip range they are clipped anyway.
