@@ -9,7 +9,7 @@ Order of operations (each optional stage is a config setting, not a trainer bran
    then filled with the zero-variance groups of the last round (they carry no advantage; the
    number is logged as ``dynamic_sampling_filled_groups``);
 3. DAPO overlong filtering: truncated completions get an all-zero ``loss_mask``;
-4. reference log-probs (β > 0) and, with ``kl.placement: reward``, ``β·Σ_t KL_t`` subtracted
+4. reference log-probs (when a reference model is loaded) and, with ``kl.placement: reward``, ``β·Σ_t KL_t`` subtracted
    from each sample's score;
 5. advantages from the registered estimator.
 """
@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from torch import Tensor
 
 from grove.batch import RolloutBatch, concat_batches
+from grove.core.advantages import AdvantageFn
 from grove.core.shaping import informative_groups, soft_overlong_penalty
 from grove.rewards.scoring import RewardSpec, combine_rewards, compute_rewards
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
@@ -42,7 +43,7 @@ class ExperienceSettings:
     completions_per_group: int
     sampling: SamplingParams
     rewards: Sequence[RewardSpec]
-    advantage_fn: Callable
+    advantage_fn: AdvantageFn
     advantage_params: BaseModel
     max_rounds: int = 1  # > 1: DAPO dynamic sampling
     overlong_filter: bool = False

@@ -16,13 +16,13 @@ The tensor work is in :mod:`grove.core.selection`; the schedules in :mod:`grove.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
 from torch import Tensor
 
 from grove.batch import RolloutBatch
+from grove.core.advantages import AdvantageFn
 from grove.core.selection import keep_count, select_samples, select_tokens, token_scores
 from grove.core.token_ops import row_mean
 
@@ -60,7 +60,7 @@ def select_rollouts(
     scores: Tensor,
     selection: SampleSelection,
     ratio: float,
-    advantage_fn: Callable[[RolloutBatch, Tensor, BaseModel], Tensor],
+    advantage_fn: AdvantageFn,
     advantage_params: BaseModel,
 ) -> tuple[RolloutBatch, Tensor, dict[str, float]]:
     """Keep the max-``Var(A)`` rollouts at keep ratio ``ratio``; return ``(batch, scores, metrics)``.
