@@ -112,3 +112,20 @@ def test_sequence_count_reaches_the_update(policy, batch):
     # 6 rows, one without loss tokens: the seq-mean divides by 6 or by 5
     assert all_rows != 0
     assert with_tokens == pytest.approx(all_rows * 6 / 5, rel=1e-6)
+
+
+def test_trainer_gives_a_ref_logprobs_loss_the_reference_policy(tmp_path):
+    """Through the CLI with kl.coef 0: the loss's requires=("ref_logprobs",) alone loads the reference model."""
+    from grove.models.tiny import create_tiny_model_dir
+    from test_train_e2e import base_overrides, run_cli
+
+    model = create_tiny_model_dir(tmp_path / "tiny")
+    SEEN.clear()
+    args = base_overrides(model, tmp_path / "run", **{"train.steps": 1, "algorithm.kl.coef": 0.0,
+                                                      "algorithm.policy_loss": "{id: test_recording_loss}"})
+    result = run_cli(["train", "examples/arithmetic.yaml", *args])
+    assert result.exit_code == 0, result.output
+    assert SEEN and all(s.ref_logprobs is not None for s in SEEN)
+    # the reference is the initial policy: on the first (on-policy) step it equals the current log-probs
+    for s in SEEN:
+        torch.testing.assert_close(s.ref_logprobs * s.mask, s.logprobs.detach() * s.mask, atol=1e-5, rtol=0)

@@ -72,7 +72,7 @@ class AggregationScale:
         count_empty_rows = sequence_count == "all_rows"
         return cls(
             num_tokens=max(float(loss_mask.sum()), 1.0),
-            num_sequences=max(rows(loss_mask, count_empty_rows), 1.0),
+            num_sequences=max(_count_rows(loss_mask, count_empty_rows), 1.0),
             max_response_length=int(
                 loss_mask.shape[1] if max_response_length is None else max_response_length
             ),
@@ -81,10 +81,10 @@ class AggregationScale:
 
     def rows(self, mask: Tensor) -> float:
         """The number of sequences among the rows of ``mask``, counted as ``num_sequences`` counts them."""
-        return rows(mask, self.count_empty_rows)
+        return _count_rows(mask, self.count_empty_rows)
 
 
-def rows(mask: Tensor, count_empty_rows: bool) -> float:
+def _count_rows(mask: Tensor, count_empty_rows: bool) -> float:
     """Rows of ``mask [N, R]``: all of them, or those with at least one set token."""
     return float(mask.shape[0]) if count_empty_rows else float((mask != 0).any(dim=-1).sum())
 
