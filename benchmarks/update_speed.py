@@ -21,6 +21,7 @@ import torch
 
 import grove.builtin_components  # noqa: F401
 from grove.config import load_config
+from grove.experience.task_sampler import TaskSampler
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime
 from grove.models.pretrained import load_policy
@@ -32,7 +33,6 @@ from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 from grove.tasks.task import build_task
 from grove.training.optim import build_optimizer
-from grove.training.prompt_sampler import PromptSampler
 from grove.training.trainer import resolve_loss_components
 
 LAYOUTS = {"padded": "padded", "shared": "shared_prefix", "packed": "packed"}
@@ -53,7 +53,7 @@ def main() -> None:
     model, tokenizer = load_policy(cfg.model.name)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     task = build_task(cfg.task)
-    sampler = PromptSampler(len(task.train), cfg.seed)
+    sampler = TaskSampler(len(task.train), cfg.seed)
 
     def draw(count):
         examples = [task.train[i] for i in sampler.next(count)]

@@ -21,6 +21,10 @@ ALLOWED = {
     "evaluation": {"infra", "rewards", "rollout", "tasks"},
     "config": {"builtin_components", "core", "registry", "tasks"},
     "pipeline": {"batch", "config", "core", "infra", "models", "rewards", "rollout", "tasks"},
+    "envs": {"registry"},
+    "experience": {
+        "batch", "config", "core", "envs", "evaluation", "infra", "pipeline", "registry", "rewards", "rollout", "tasks",
+    },
 }
 
 

@@ -17,6 +17,14 @@ Layout (the same as generation, so log-probs line up exactly):
 * ``correction_weights`` ``[N, R]`` optional detached importance weights (TIS/MIS) multiplying the
   per-token policy loss;
 * every per-token tensor is ``[N, R]`` aligned with ``response_ids``.
+
+Agent experience adds a :class:`StepTable`: one row per environment step (an action the policy took),
+with its trajectory, group, turn number, anchor state, reward, penalty and terminal flag, and the
+per-token ``token_steps`` ``[N, R]`` saying which step produced each response token (``-1`` for
+environment tokens and pads). With per-step prompts a sample holds one step; with one growing
+conversation a sample holds every step of a trajectory (its environment tokens masked out of the
+loss), so step-level credit (GiGPO) is computed on the step table and scattered to tokens through
+``token_steps`` in either layout. Single-turn batches have no step table.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from torch import Tensor
 
 PER_TOKEN_FIELDS = (
     "response_ids",
+    "token_steps",
     "response_mask",
     "loss_mask",
     "old_logprobs",
@@ -38,6 +47,52 @@ PER_TOKEN_FIELDS = (
     "correction_weights",
     "advantages",
 )
+
+
+STEP_FIELDS = ("sample", "group", "trajectory", "index", "anchor", "reward", "penalty", "terminal")
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """``S`` environment steps, the unit of step-level credit assignment (GiGPO).
+
+    * ``sample``     ``[S]`` the batch row holding this step's action tokens;
+    * ``group``      ``[S]`` the env group (G copies of one task and seed), equal to the row's ``group_index``;
+    * ``trajectory`` ``[S]`` the trajectory (episode), equal to the row's ``trajectory_index``;
+    * ``index``      ``[S]`` the turn number within its trajectory, 0-based;
+    * ``anchor``     ``[S]`` dense id of the anchor group: steps of one env group that acted from the same
+      environment state (exact anchor key, no turn number, so revisited states pool);
+    * ``reward``     ``[S]`` the environment reward ``r_t`` of the step;
+    * ``penalty``    ``[S]`` the penalty charged to the step (``coef`` for an invalid action, else 0);
+    * ``terminal``   ``[S]`` bool: the trajectory's last step (done, failed or out of turns).
+    """
+
+    sample: Tensor
+    group: Tensor
+    trajectory: Tensor
+    index: Tensor
+    anchor: Tensor
+    reward: Tensor
+    penalty: Tensor
+    terminal: Tensor
+
+    def __post_init__(self) -> None:
+        s = self.sample.shape
+        if len(s) != 1:
+            raise ValueError(f"StepTable.sample must be 1-D, got shape {tuple(s)}")
+        for name in STEP_FIELDS:
+            if getattr(self, name).shape != s:
+                raise ValueError(f"StepTable.{name} shape {tuple(getattr(self, name).shape)} != {tuple(s)}")
+
+    @property
+    def num_steps(self) -> int:
+        return self.sample.shape[0]
+
+    def select(self, keep: Tensor) -> StepTable:
+        return StepTable(**{name: getattr(self, name)[keep] for name in STEP_FIELDS})
+
+    def to(self, device: torch.device | str) -> StepTable:
+        return StepTable(**{name: getattr(self, name).to(device) for name in STEP_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -60,6 +115,9 @@ class RolloutBatch:
     correction_weights: Tensor | None = None
     advantages: Tensor | None = None
     baseline_scores: Tensor | None = None
+    sample_weights: Tensor | None = None
+    steps: StepTable | None = None
+    token_steps: Tensor | None = None
     metadata: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
     # ------------------------------------------------------------------ checks
@@ -74,6 +132,7 @@ class RolloutBatch:
             "rollout_logprobs": self.rollout_logprobs,
             "correction_weights": self.correction_weights,
             "advantages": self.advantages,
+            "token_steps": self.token_steps,
         }
         if self.prompt_mask.shape != (n, p):
             raise ValueError(f"prompt_mask shape {tuple(self.prompt_mask.shape)} != {(n, p)}")
@@ -89,6 +148,7 @@ class RolloutBatch:
             "truncated": self.truncated,
             "anchor_index": self.anchor_index,
             "baseline_scores": self.baseline_scores,
+            "sample_weights": self.sample_weights,
         }
         for name, t in per_sample.items():
             if t is not None and t.shape != (n,):
@@ -100,6 +160,35 @@ class RolloutBatch:
             )
         if self.metadata and len(self.metadata) != n:
             raise ValueError(f"metadata has {len(self.metadata)} entries for {n} samples")
+        if (self.steps is None) != (self.token_steps is None):
+            raise ValueError("steps and token_steps go together: set both or neither")
+        self._check_hierarchy()
+
+    def _check_hierarchy(self) -> None:
+        """Every trajectory lies in one group; every step's row, group and trajectory agree; anchors
+        never span groups; ``token_steps`` points at steps of its own row."""
+        if self.num_samples == 0:
+            return
+        _same_within(self.trajectory_index, self.group_index, "trajectory_index", "group_index")
+        if self.anchor_index is not None:
+            _same_within(self.anchor_index, self.group_index, "anchor_index", "group_index")
+        st = self.steps
+        if st is None:
+            return
+        if st.num_steps and (int(st.sample.min()) < 0 or int(st.sample.max()) >= self.num_samples):
+            raise ValueError("StepTable.sample points outside the batch")
+        if not torch.equal(st.group, self.group_index[st.sample]):
+            raise ValueError("a step's group differs from its sample's group_index")
+        if not torch.equal(st.trajectory, self.trajectory_index[st.sample]):
+            raise ValueError("a step's trajectory differs from its sample's trajectory_index")
+        _same_within(st.anchor, st.group, "StepTable.anchor", "StepTable.group")
+        used = self.token_steps[self.token_steps >= 0]
+        if used.numel():
+            if int(used.max()) >= st.num_steps:
+                raise ValueError("token_steps points past the step table")
+            rows = torch.arange(self.num_samples, device=used.device)[:, None].expand_as(self.token_steps)
+            if not torch.equal(st.sample[used], rows[self.token_steps >= 0]):
+                raise ValueError("token_steps points at a step of another sample")
 
     # ------------------------------------------------------------------ views
     @property
@@ -114,6 +203,13 @@ class RolloutBatch:
     @property
     def attention_mask(self) -> Tensor:
         return torch.cat([self.prompt_mask, self.response_mask], dim=1)
+
+    @property
+    def policy_token_mask(self) -> Tensor:
+        """``[N, R]`` bool: response tokens the policy sampled (environment tokens of agent samples excluded)."""
+        if self.token_steps is None:
+            return self.response_mask.bool()
+        return self.response_mask.bool() & (self.token_steps >= 0)
 
     @property
     def response_lengths(self) -> Tensor:
@@ -132,6 +228,8 @@ class RolloutBatch:
                 changes[f.name] = value.index_select(0, idx)
         if self.metadata:
             changes["metadata"] = tuple(self.metadata[i] for i in idx.tolist())
+        if self.steps is not None:
+            changes["steps"], changes["token_steps"] = _select_steps(self.steps, changes["token_steps"], idx, self.num_samples)
         return dataclasses.replace(self, **changes)
 
     def to(self, device: torch.device | str) -> RolloutBatch:
@@ -140,6 +238,8 @@ class RolloutBatch:
             for f in dataclasses.fields(self)
             if isinstance(getattr(self, f.name), Tensor)
         }
+        if self.steps is not None:
+            changes["steps"] = self.steps.to(device)
         return dataclasses.replace(self, **changes)
 
     def trimmed(self) -> RolloutBatch:
@@ -154,6 +254,30 @@ class RolloutBatch:
             if value is not None:
                 changes[name] = value[:, :r1]
         return dataclasses.replace(self, **changes)
+
+
+def _same_within(inner: Tensor, outer: Tensor, inner_name: str, outer_name: str) -> None:
+    """Every segment of ``inner`` carries one value of ``outer`` (e.g. a trajectory lies in one group)."""
+    if inner.numel() == 0:
+        return
+    pairs = torch.unique(torch.stack([inner, outer]), dim=1)
+    if torch.unique(pairs[0]).numel() != pairs.shape[1]:
+        raise ValueError(f"inconsistent hierarchy: one {inner_name} value spans several {outer_name} values")
+
+
+def _select_steps(steps: StepTable, token_steps: Tensor, rows: Tensor, num_samples: int) -> tuple[StepTable, Tensor]:
+    """The steps of the selected ``rows`` (in row order), renumbered; ``token_steps`` remapped to them."""
+    new_row = torch.full((num_samples,), -1, dtype=torch.long, device=rows.device)
+    new_row[rows] = torch.arange(len(rows), device=rows.device)
+    mapped = new_row[steps.sample]
+    keep = (mapped >= 0).nonzero().flatten()
+    keep = keep[torch.argsort(mapped[keep], stable=True)]  # steps follow their rows' new order
+    new_id = torch.full((steps.num_steps,), -1, dtype=torch.long, device=rows.device)
+    new_id[keep] = torch.arange(len(keep), device=rows.device)
+    kept = steps.select(keep)
+    kept = dataclasses.replace(kept, sample=new_row[kept.sample])
+    remapped = torch.where(token_steps >= 0, new_id[token_steps.clamp_min(0)], token_steps)
+    return kept, remapped
 
 
 def _pad_cat(tensors: list[Tensor], *, left: bool, value: float | int | bool = 0) -> Tensor:
@@ -184,15 +308,43 @@ def concat_batches(batches: list[RolloutBatch], *, pad_token_id: int = 0) -> Rol
         "metadata": tuple(m for b in batches for m in b.metadata),
     }
     for name in PER_TOKEN_FIELDS[1:]:
+        if name == "token_steps":
+            continue
         values = [getattr(b, name) for b in batches]
         if any(v is None for v in values):
             if not all(v is None for v in values):
                 raise ValueError(f"{name} is set in some batches and not others")
             continue
         changes[name] = _pad_cat(values, left=False)
-    for name in ("rewards", "group_index", "trajectory_index", "step_index", "truncated", "anchor_index", "baseline_scores"):
+    for name in (
+        "rewards", "group_index", "trajectory_index", "step_index", "truncated", "anchor_index", "baseline_scores",
+        "sample_weights",
+    ):
         values = [getattr(b, name) for b in batches]
         if all(v is None for v in values):
             continue
+        if any(v is None for v in values):
+            raise ValueError(f"{name} is set in some batches and not others")
         changes[name] = torch.cat(values, dim=0)
+    if any(b.steps is not None for b in batches):
+        if any(b.steps is None for b in batches):
+            raise ValueError("steps is set in some batches and not others")
+        changes["steps"], changes["token_steps"] = _concat_steps(batches)
     return dataclasses.replace(first, **changes)
+
+
+def _concat_steps(batches: list[RolloutBatch]) -> tuple[StepTable, Tensor]:
+    """Step tables stacked with their ``sample`` ids and ``token_steps`` shifted past earlier batches.
+    Anchor ids are renumbered densely over (batch, anchor), so anchors of different batches never pool."""
+    tables, tokens = [], []
+    row_offset = step_offset = anchor_offset = 0
+    for b in batches:
+        st = b.steps
+        anchor = st.anchor + anchor_offset
+        tables.append(dataclasses.replace(st, sample=st.sample + row_offset, anchor=anchor))
+        tokens.append(torch.where(b.token_steps >= 0, b.token_steps + step_offset, b.token_steps))
+        row_offset += b.num_samples
+        step_offset += st.num_steps
+        anchor_offset += int(st.anchor.max()) + 1 if st.num_steps else 0
+    merged = StepTable(**{name: torch.cat([getattr(t, name) for t in tables]) for name in STEP_FIELDS})
+    return merged, _pad_cat(tokens, left=False, value=-1)

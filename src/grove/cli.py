@@ -87,36 +87,61 @@ def _print_summary(run_dir: Path, plots: list[Path]) -> None:
 
 @app.command("eval")
 def eval_(
-    model: Annotated[str, typer.Option("--model", help="Model directory, checkpoint model/ dir, or 'smollm2-135m'.")],
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model directory, checkpoint model/ dir, or 'smollm2-135m' (default: the config's)."),
+    ] = None,
     task: Annotated[str | None, typer.Option("--task", help="Task id (default: the config's task).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="Config for task, rewards and sampling.")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Config for the task and rewards, or the environment, and sampling.")
+    ] = None,
     set_: SetOption = None,
-    max_examples: Annotated[int | None, typer.Option("--max-examples", help="Evaluate at most N examples.")] = None,
+    max_examples: Annotated[
+        int | None, typer.Option("--max-examples", help="Evaluate at most N examples (held-out episodes for `env`).")
+    ] = None,
 ) -> None:
-    """Greedy held-out accuracy of a model, with a 95% confidence interval."""
+    """Greedy held-out accuracy (or, with an `env` section, success rate and mean turns), with a 95% interval."""
     overrides = list(set_ or [])
     if task is not None:
         overrides.append(f"task={{id: {task}}}")
+    if max_examples is not None:
+        overrides.append(f"eval.max_examples={max_examples}")
     cfg = _load(config, overrides)
 
+    import torch
+
     import grove.builtin_components  # noqa: F401
-    from grove.evaluation.evaluate import evaluate_config
+    from grove.experience import SourceContext, build_experience_source
     from grove.infra.runtime import configure_runtime
     from grove.models.pretrained import load_policy
-    from grove.rewards.scoring import resolve_rewards
+    from grove.registry import ADVANTAGE_ESTIMATORS
     from grove.rollout.hf_engine import TransformersEngine
-    from grove.tasks.task import build_task
 
     configure_runtime(cfg.threads, cfg.host_allocator)
+    model = model or cfg.model.name
     try:
         policy, tokenizer = load_policy(model)
     except (FileNotFoundError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    examples = list(build_task(cfg.task).eval)[: max_examples or cfg.eval.max_examples]
     engine = TransformersEngine(policy, tokenizer)
-    result = evaluate_config(engine, tokenizer, cfg, resolve_rewards(cfg.rewards), examples)
-    console.print(f"{model} on {cfg.task.id}: {result.report}  ({result.seconds:.1f}s)")
+    advantage = cfg.algorithm.advantage
+    source = build_experience_source(
+        SourceContext(
+            cfg=cfg,
+            engine=engine,
+            tokenizer=tokenizer,
+            generator=torch.Generator().manual_seed(cfg.seed),
+            advantage_fn=ADVANTAGE_ESTIMATORS.get(advantage.id),
+            advantage_params=advantage.validated(ADVANTAGE_ESTIMATORS),
+            reference=None,
+            kl_in_reward=lambda: None,
+        )
+    )
+    result = source.evaluate()
+    target = f"env {cfg.env.id}" if cfg.source_id == "environment" else cfg.task.id
+    extra = "".join(f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate")
+    console.print(f"{model} on {target}: {result.report}{extra}  ({result.seconds:.1f}s)")
 
 
 @config_app.command("show")

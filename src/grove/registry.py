@@ -71,7 +71,8 @@ class Registry(Generic[T]):
 
         ``requires`` names inputs the component needs beyond a plain rollout (e.g.
         ``"greedy_baseline"``: one greedy completion per prompt, scored, in
-        ``RolloutBatch.baseline_scores``; ``"ref_logprobs"``: the reference policy's log-probs, so a
+        ``RolloutBatch.baseline_scores``; ``"steps"``: the environment step table ``RolloutBatch.steps``
+        (agent experience only); ``"ref_logprobs"``: the reference policy's log-probs, so a
         reference model is loaded even with ``kl.coef: 0``); the pipeline provides them when the
         component is selected. ``formula`` (one line) and ``reference`` (the implementation whose
         numbers it matches) document the component in the generated tables.
@@ -120,3 +121,6 @@ POLICY_LOSSES: Registry = Registry("policy loss")
 LOSS_AGGREGATIONS: Registry = Registry("loss aggregation")
 KL_ESTIMATORS: Registry = Registry("KL estimator")
 REWARD_FUNCTIONS: Registry = Registry("reward function")
+ENVIRONMENTS: Registry = Registry("environment")
+ACTION_PARSERS: Registry = Registry("action parser")
+EXPERIENCE_SOURCES: Registry = Registry("experience source")

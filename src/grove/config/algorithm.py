@@ -83,6 +83,14 @@ class AlgorithmConfig(Section):
         "trainer) or only 'rows_with_loss_tokens' (verl 0.9.1's agg_loss on a batch without global batch info). They "
         "differ only when a row is fully masked (overlong filtering, D^3S batch-scope token selection).",
     )
+    trajectory_weighting: Literal["per_sample", "per_trajectory"] = Field(
+        "per_sample",
+        description="'per_sample': every sample weighs the same in the aggregation, so an agent trajectory cut into T "
+        "per-step samples counts T times; 'per_trajectory': each sample's loss is scaled by (samples per step / "
+        "trajectories per step) / (its trajectory's samples), so every trajectory weighs the same (Agent Lightning's "
+        "per_rollout_mean; under seq_mean_* aggregations exactly a mean over trajectories of the mean over their "
+        "steps). Single-turn samples are their own trajectories: no change there.",
+    )
     kl: KLConfig = Field(default_factory=KLConfig)
     entropy: EntropyConfig = Field(default_factory=EntropyConfig)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)

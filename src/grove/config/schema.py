@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 from grove.config.algorithm import AlgorithmConfig
 from grove.config.components import ComponentSpec
 from grove.config.derived import batch_quantities
+from grove.config.env_section import EnvConfig
 from grove.config.sections import (
     CheckpointConfig,
     EvalConfig,
@@ -48,7 +49,13 @@ class GroveConfig(Section):
         "'system': glibc's defaults.",
     )
     model: ModelConfig = Field(default_factory=ModelConfig)
+    experience_source: str = Field(
+        "auto",
+        description="Where a step's experience comes from: 'completions' (single-turn prompts of `task`, scored by "
+        "`rewards`), 'environment' (multi-turn episodes of `env`), or 'auto' (environment when `env` is set).",
+    )
     task: ComponentSpec = Field(default_factory=lambda: ComponentSpec(id="arithmetic"))
+    env: EnvConfig | None = Field(None, description="Multi-turn environment rollouts (docs/agents.md); null = off.")
     rewards: list[RewardConfig] = Field(default_factory=lambda: [RewardConfig(id="answer_match")])
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
@@ -63,6 +70,13 @@ class GroveConfig(Section):
     def _check(self) -> GroveConfig:
         validate_config(self)
         return self
+
+    @property
+    def source_id(self) -> str:
+        """The experience source this config selects (``experience_source``, with ``auto`` resolved)."""
+        if self.experience_source != "auto":
+            return self.experience_source
+        return "environment" if self.env is not None else "completions"
 
     @property
     def accuracy_reward_name(self) -> str:

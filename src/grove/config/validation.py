@@ -26,6 +26,7 @@ def validate_config(cfg: GroveConfig) -> None:
     _check_algorithm_components(cfg)
     _check_rewards(cfg)
     _check_stages(cfg)
+    _check_experience_source(cfg)
 
 
 def _import_user_modules(modules: list[str]) -> None:
@@ -93,8 +94,62 @@ def _check_stages(cfg: GroveConfig) -> None:
     if cfg.algorithm.dynamic_sampling.enabled and cfg.train.completions_per_prompt < 2:
         raise ValueError("algorithm.dynamic_sampling needs train.completions_per_prompt >= 2 (a group's variance)")
     t = cfg.train
-    if t.completions_per_step % t.mini_batches:
+    if cfg.source_id == "completions" and t.completions_per_step % t.mini_batches:
         raise ValueError(
             f"train.mini_batches: {t.completions_per_step} completions per step "
             f"(prompts_per_step × completions_per_prompt) do not split into {t.mini_batches} equal mini-batches"
+        )
+
+
+def _check_experience_source(cfg: GroveConfig) -> None:
+    from grove.registry import ACTION_PARSERS, ADVANTAGE_ESTIMATORS, ENVIRONMENTS, EXPERIENCE_SOURCES
+
+    if cfg.experience_source != "auto" and cfg.experience_source not in EXPERIENCE_SOURCES:
+        raise ValueError(
+            f"experience_source: unknown source {cfg.experience_source!r}; allowed: auto, "
+            f"{', '.join(EXPERIENCE_SOURCES.ids())}"
+        )
+    requires = ADVANTAGE_ESTIMATORS.entry(cfg.algorithm.advantage.id).requires
+    if cfg.source_id != "environment":
+        if "steps" in requires:
+            raise ValueError(
+                f"algorithm.advantage: {cfg.algorithm.advantage.id!r} needs environment steps; add an `env` section "
+                "(multi-turn episodes) or choose an outcome estimator such as grpo"
+            )
+        return
+    e = cfg.env
+    if e is None:
+        raise ValueError("experience_source: environment needs an `env` section (env.id, env.params, ...)")
+    if ":" not in e.id and e.id not in ENVIRONMENTS:
+        import difflib
+
+        close = difflib.get_close_matches(e.id, ENVIRONMENTS.ids(), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"env.id: unknown environment {e.id!r}.{hint} Allowed: {', '.join(ENVIRONMENTS.ids())}, "
+            "or an import path 'package.module:factory'"
+        )
+    if ":" not in e.id:
+        try:
+            ENVIRONMENTS.validate_params(e.id, e.params)
+        except Exception as exc:  # pydantic ValidationError: name the field
+            raise ValueError(f"env.params: {exc}") from None
+    check_component(e.action_parser, ACTION_PARSERS, "env.action_parser")
+    if e.prompt == "conversation" and not cfg.rollout.use_chat_template:
+        raise ValueError("env.prompt: conversation needs rollout.use_chat_template: true (token-exact chat turns)")
+    a = cfg.algorithm
+    if "greedy_baseline" in requires:
+        raise ValueError(
+            f"algorithm.advantage: {a.advantage.id!r} needs a greedy completion per prompt, which environment "
+            "episodes do not provide; choose gigpo, episode_grpo, step_discounted_return or an outcome estimator"
+        )
+    if a.overlong.filter or a.overlong.soft_penalty:
+        raise ValueError(
+            "algorithm.overlong applies to single-turn completions; for episodes bound turns with env.max_turns "
+            "and rollout.max_new_tokens"
+        )
+    if a.kl.placement == "reward" and "steps" in requires:
+        raise ValueError(
+            "algorithm.kl.placement: reward changes sample scores, which step estimators do not read; use "
+            "kl.placement: loss with environment steps"
         )

@@ -28,6 +28,7 @@ PASSK_CHEN = (
     "(Chen et al., 2025)"
 )
 BNPO = "BNPO: Beta Normalization Policy Optimization (Xiao et al., 2025)"
+GIGPO = "Group-in-Group Policy Optimization for LLM Agent Training (Feng et al., 2025)"
 
 # policy losses
 PPO = "Proximal Policy Optimization Algorithms (Schulman et al., 2017)"

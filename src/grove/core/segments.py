@@ -5,6 +5,8 @@ group, a trajectory, the whole batch). Arbitrary ids (e.g. ``[7, 7, 3, 9]``) are
 (``0 .. S-1``) with :func:`dense_index`; every reduction below then takes the dense index and the
 number of segments ``S`` and returns one value per segment, computed with ``index_add_`` /
 ``scatter_reduce`` / ``bincount``. :func:`broadcast` maps per-segment values back to samples.
+:func:`segment_discounted_returns` is the one ordered operation: a discounted return-to-go along each
+segment (a trajectory's steps ordered by turn), computed with a log-depth scan.
 
 Empty segments (possible only when the caller passes ``num_segments`` larger than needed) get
 count 0, sum 0, mean 0 and std 0.
@@ -71,3 +73,57 @@ def segment_min(values: Tensor, index: Tensor, num_segments: int) -> Tensor:
 def broadcast(per_segment: Tensor, index: Tensor) -> Tensor:
     """Per-segment values ``[S, ...]`` → per-sample values ``[N, ...]`` (``per_segment[index]``)."""
     return per_segment.index_select(0, index)
+
+
+def segment_discounted_returns(values: Tensor, segment: Tensor, order_key: Tensor, gamma: float) -> Tensor:
+    """Discounted return-to-go within segments: ``R_t = r_t + gamma R_{t+1}``, ``R = r`` at a segment's end.
+
+    ``values`` ``[S]`` are per-element rewards ``r``, ``segment`` ``[S]`` (arbitrary ids) says which
+    sequence (trajectory) each element belongs to and ``order_key`` ``[S]`` its position in it (the turn
+    number; distinct within a segment, gaps allowed). Elements may come in any order; the result is in
+    the input order. Equivalent to, per segment sorted by ``order_key``::
+
+        running = 0
+        for t in reversed(range(T)):
+            running = r[t] + gamma * running
+            R[t] = running
+
+    Computed without a loop over elements or segments: sort by (segment, descending key), so each
+    element's predecessor is its successor in time, and solve the linear recurrence
+    ``x_i = r_i + a_i x_{i-1}`` (``a_i = gamma`` inside a segment, 0 at its start) with a log-depth
+    (Hillis-Steele) scan of the affine maps ``x -> b + a x``: ``ceil(log2(longest segment))`` passes of
+    ``b_i += a_i b_{i-d}``, ``a_i *= a_{i-d}``. Every factor lies in ``[0, 1]``, so nothing is divided or
+    amplified (unlike a cumulative sum of ``r gamma^-t``); ``gamma = 0`` gives ``r`` exactly and
+    ``gamma = 1`` the plain suffix sums. Internally float64; returned in ``values``' dtype.
+    """
+    if values.ndim != 1 or segment.shape != values.shape or order_key.shape != values.shape:
+        raise ValueError(
+            f"values {tuple(values.shape)}, segment {tuple(segment.shape)} and order_key "
+            f"{tuple(order_key.shape)} must all be [S]"
+        )
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
+    n = values.shape[0]
+    out_dtype = values.dtype if values.is_floating_point() else torch.float32
+    if n == 0:
+        return values.to(out_dtype)
+    # newest first within each segment: stable sorts by key (descending), then by segment
+    perm = torch.argsort(order_key, descending=True, stable=True)
+    perm = perm[torch.argsort(segment[perm], stable=True)]
+    seg = segment[perm]
+    key = order_key[perm]
+    same = torch.zeros(n, dtype=torch.bool, device=values.device)
+    same[1:] = seg[1:] == seg[:-1]
+    if bool((same[1:] & (key[1:] == key[:-1])).any()):
+        raise ValueError("order_key repeats within a segment: the order of its elements is ambiguous")
+    b = values[perm].to(torch.float64)
+    a = torch.where(same, torch.full_like(b, float(gamma)), torch.zeros_like(b))
+    longest = int(torch.unique_consecutive(seg, return_counts=True)[1].max())
+    d = 1
+    while d < longest:
+        b = torch.cat([b[:d], b[d:] + a[d:] * b[:-d]])
+        a = torch.cat([a[:d], a[d:] * a[:-d]])
+        d *= 2
+    out = torch.empty_like(b)
+    out[perm] = b
+    return out.to(out_dtype)

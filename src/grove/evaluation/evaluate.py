@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,10 +21,12 @@ class EvalResult:
     samples: list[dict]
     seconds: float
     mean_length: float
+    extra: dict[str, float] = field(default_factory=dict)  # source-specific statistics (e.g. mean turns)
 
     def record(self) -> dict:
         r = self.report
         return {
+            **self.extra,
             "accuracy": r.accuracy,
             "correct": r.correct,
             "total": r.total,

@@ -13,7 +13,9 @@ from grove.infra.run_logs import JsonlLog  # noqa: E402
 
 PANELS: list[tuple[str, list[str]]] = [
     ("reward", ["reward_mean"]),
-    ("training accuracy", ["accuracy"]),
+    ("training accuracy / episode success", ["accuracy", "success_rate"]),
+    ("turns per episode (agents)", ["turns_per_episode"]),
+    ("invalid actions (agents)", ["invalid_action_rate"]),
     ("KL to reference", ["kl", "kl_in_reward"]),
     ("entropy", ["entropy"]),
     ("completion length (tokens)", ["completion_length_mean", "completion_length_max"]),

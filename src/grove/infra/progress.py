@@ -39,8 +39,13 @@ class TrainProgress:
         self._progress.__exit__(*exc)
 
     def update(self, step: int, m: dict[str, float]) -> None:
+        if "success_rate" in m:  # agent experience: episodes instead of single completions
+            quality = f"success {m['success_rate']:.2f}  turns {m['turns_per_episode']:.1f}  "
+            quality += f"invalid {m['invalid_action_rate']:.2f}"
+        else:
+            quality = f"acc {m['accuracy']:.2f}  len {m['completion_length_mean']:.0f}"
         stats = (
-            f"reward {m['reward_mean']:.3f}  acc {m['accuracy']:.2f}  len {m['completion_length_mean']:.0f}  "
+            f"reward {m['reward_mean']:.3f}  {quality}  "
             f"gen {m['generated_tokens_per_second']:.0f} tok/s  step {m['step_seconds']:.1f}s"
         )
         self._progress.update(self._task, completed=step, stats=stats)

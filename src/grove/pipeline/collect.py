@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from torch import Tensor
 
 from grove.batch import RolloutBatch, concat_batches
-from grove.core.advantages import AdvantageFn
+from grove.core.advantages import AdvantageFn, run_estimator
 from grove.core.shaping import informative_groups, soft_overlong_penalty
 from grove.rewards.scoring import RewardSpec, combine_rewards, compute_rewards
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
@@ -61,11 +61,18 @@ class KLInReward:
 
 @dataclass(frozen=True)
 class StepExperience:
+    """One step's experience, whatever its source: the batch (with advantages), the scores they came from,
+    generation time and tokens, statistics for the step's metrics, and the samples written to samples.jsonl."""
+
     batch: RolloutBatch
     scores: Tensor  # [N] the scalar reward the advantages were computed from
     generation_seconds: float
     generated_tokens: int
     stats: dict[str, float] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)
+
+    def with_samples(self, samples: list[dict]) -> StepExperience:
+        return dataclasses.replace(self, samples=samples)
 
 
 @dataclass(frozen=True)
@@ -195,12 +202,34 @@ def collect_experience(
     if s.overlong_filter:
         batch = batch.replace(loss_mask=batch.loss_mask & ~batch.truncated[:, None])
         stats["overlong_filtered_fraction"] = float(batch.truncated.float().mean())
-    if reference is not None:
-        batch = batch.replace(ref_logprobs=reference(batch))
-        if kl_in_reward is not None:
-            per_token = kl_in_reward.estimator(batch.old_logprobs, batch.ref_logprobs) * batch.response_mask
-            sequence_kl = per_token.sum(1)
-            scores = scores - kl_in_reward.coef * sequence_kl
-            stats["kl_in_reward"] = float(per_token.sum() / batch.response_mask.sum().clamp_min(1))
-    advantages = s.advantage_fn(batch, scores, s.advantage_params)
-    return StepExperience(batch.replace(advantages=advantages), scores, seconds, tokens, stats)
+    batch, scores = add_reference(batch, scores, reference, kl_in_reward, stats)
+    return StepExperience(*with_advantages(batch, scores, s.advantage_fn, s.advantage_params, stats), seconds, tokens, stats)
+
+
+def add_reference(
+    batch: RolloutBatch,
+    scores: Tensor,
+    reference: Callable[[RolloutBatch], Tensor] | None,
+    kl_in_reward: KLInReward | None,
+    stats: dict[str, float],
+) -> tuple[RolloutBatch, Tensor]:
+    """Reference log-probs (when a reference model is loaded) and, with ``kl.placement: reward``, each sample's
+    score minus ``β·Σ_t KL_t`` over its policy tokens (environment tokens carry no KL)."""
+    if reference is None:
+        return batch, scores
+    batch = batch.replace(ref_logprobs=reference(batch))
+    if kl_in_reward is not None:
+        mask = batch.policy_token_mask
+        per_token = kl_in_reward.estimator(batch.old_logprobs, batch.ref_logprobs) * mask
+        scores = scores - kl_in_reward.coef * per_token.sum(1)
+        stats["kl_in_reward"] = float(per_token.sum() / mask.sum().clamp_min(1))
+    return batch, scores
+
+
+def with_advantages(
+    batch: RolloutBatch, scores: Tensor, fn: AdvantageFn, params: BaseModel, stats: dict[str, float]
+) -> tuple[RolloutBatch, Tensor]:
+    """The batch with the estimator's advantages; the estimator's statistics go to ``stats`` as ``advantage/*``."""
+    out = run_estimator(fn, batch, scores, params)
+    stats.update({f"advantage/{k}": v for k, v in out.stats.items()})
+    return batch.replace(advantages=out.advantages), scores

@@ -24,14 +24,16 @@ def step_metrics(exp, batch: RolloutBatch, *, accuracy_reward: str) -> dict[str,
         if valid.numel():
             metrics[f"reward/{name}_mean"] = float(valid.mean())
             metrics[f"reward/{name}_std"] = float(valid.std(unbiased=False))
-    acc = batch.rewards[:, batch.reward_names.index(accuracy_reward)]
-    metrics["accuracy"] = float((torch.nan_to_num(acc, nan=0.0) >= 1.0).float().mean())
-    seq_adv = row_mean(batch.advantages, batch.response_mask)
+    if accuracy_reward in batch.reward_names:  # agent experience reports success_rate per episode instead
+        acc = batch.rewards[:, batch.reward_names.index(accuracy_reward)]
+        metrics["accuracy"] = float((torch.nan_to_num(acc, nan=0.0) >= 1.0).float().mean())
+    seq_adv = row_mean(batch.advantages, batch.policy_token_mask)
     metrics["advantage_mean"] = float(seq_adv.mean())
     metrics["advantage_std"] = float(seq_adv.std(unbiased=False))
     metrics["advantage_abs_max"] = float(seq_adv.abs().max())
     metrics["zero_std_group_fraction"] = zero_std_group_fraction(scores, batch.group_index)
     lengths = batch.response_lengths.float()
+    metrics["samples"] = float(batch.num_samples)
     metrics["completion_length_mean"] = float(lengths.mean())
     metrics["completion_length_max"] = float(lengths.max())
     metrics["completion_length_min"] = float(lengths.min())

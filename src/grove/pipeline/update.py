@@ -158,15 +158,16 @@ def micro_batch_loss(
     )
     out = parts.policy_loss(inputs, parts.policy_params)
     token_loss = out.token_loss if mb.correction_weights is None else out.token_loss * mb.correction_weights
-    loss = parts.aggregate(token_loss, mask, scale)
+    weight = (lambda t: t) if mb.sample_weights is None else (lambda t: t * mb.sample_weights[:, None])
+    loss = parts.aggregate(weight(token_loss), mask, scale)
     stats = dict(out.token_stats)
     stats["entropy"] = entropy.detach()
     if parts.kl_estimator is not None and mb.ref_logprobs is not None:
         kl = parts.kl_estimator(logprobs, mb.ref_logprobs)
-        loss = loss + coefs.kl * parts.aggregate(kl, mask, scale)
+        loss = loss + coefs.kl * parts.aggregate(weight(kl), mask, scale)
         stats["kl"] = kl.detach()
     if coefs.entropy:
-        loss = loss - coefs.entropy * parts.aggregate(entropy, mask, scale)
+        loss = loss - coefs.entropy * parts.aggregate(weight(entropy), mask, scale)
     mismatch = (logprobs.detach() - rollout).abs() * mb.loss_mask
     return loss, stats, mismatch, mask
 
@@ -185,7 +186,8 @@ def policy_update(
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     n = batch.num_samples
-    mini_size = n // schedule.mini_batches
+    if n < schedule.mini_batches:
+        raise ValueError(f"train.mini_batches ({schedule.mini_batches}) exceeds this step's {n} samples")
     token_stats = TokenStats()
     losses: list[float] = []
     grad_norms: list[float] = []
@@ -196,7 +198,8 @@ def policy_update(
     signal_tokens = 0.0
     for epoch in range(schedule.ppo_epochs):
         order = torch.randperm(n, generator=generator) if not schedule.on_policy else torch.arange(n)
-        for mini_index, mini_idx in enumerate(torch.split(order, mini_size)):
+        # exactly `mini_batches` near-equal mini-batches, whatever the step's sample count (agent steps vary)
+        for mini_index, mini_idx in enumerate(torch.tensor_split(order, schedule.mini_batches)):
             mini = batch.select(mini_idx)
             # micro-batch order: groups kept together for the prompt-sharing forwards (within a group,
             # longest first); otherwise length-sorted, which wastes less compute on padding

@@ -1,2 +1,2 @@
 """The training loop (:mod:`~grove.training.trainer`) and what only it needs: the optimizer and its
-schedule (:mod:`~grove.training.optim`) and the checkpointed prompt order (:mod:`~grove.training.prompt_sampler`)."""
+schedule (:mod:`~grove.training.optim`). Where experience comes from is :mod:`grove.experience`'s job."""

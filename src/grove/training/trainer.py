@@ -23,7 +23,8 @@ import grove.builtin_components  # noqa: F401
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig, dump_config
 from grove.config.derived import needs_reference_model
-from grove.evaluation.evaluate import EvalResult, evaluate_config
+from grove.evaluation.evaluate import EvalResult
+from grove.experience import SourceContext, build_experience_source
 from grove.infra import checkpoint as ckpt
 from grove.infra.precision import autocast
 from grove.infra.progress import TrainProgress
@@ -32,19 +33,16 @@ from grove.infra.runtime import configure_runtime, release_host_memory
 from grove.models.forward import response_logprobs
 from grove.models.pretrained import load_policy
 from grove.pipeline.coefficients import EntropyController, KLController
-from grove.pipeline.collect import ExperienceSettings, KLInReward, collect_experience
+from grove.pipeline.collect import KLInReward
 from grove.pipeline.downsampling import SampleSelection, TokenSelection, select_rollouts
 from grove.pipeline.rollout_correction import apply_rollout_correction
 from grove.pipeline.step_metrics import step_metrics
+from grove.pipeline.trajectory_weighting import apply_trajectory_weighting
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
-from grove.rewards.scoring import resolve_rewards
-from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.generation_weights import GenerationWeights
 from grove.rollout.hf_engine import TransformersEngine
-from grove.tasks.task import build_task
 from grove.training.optim import build_optimizer
-from grove.training.prompt_sampler import PromptSampler
 
 
 def seed_everything(seed: int) -> None:
@@ -85,8 +83,6 @@ class Trainer:
         configure_runtime(cfg.threads, cfg.host_allocator)
         seed_everything(cfg.seed)
 
-        self.task = build_task(cfg.task)
-        self.rewards = resolve_rewards(cfg.rewards)
         self.model, self.tokenizer = load_policy(cfg.model.name, dtype=getattr(torch, cfg.model.dtype))
         self.ref_model = None
         if needs_reference_model(cfg):  # β = 0 loads none, unless the policy loss reads ref_logprobs
@@ -95,30 +91,21 @@ class Trainer:
         self.generation_weights = GenerationWeights(self.model) if cfg.rollout.bf16_weights else None
         generation_model = self.generation_weights.model if self.generation_weights is not None else self.model
         self.engine = TransformersEngine(generation_model, self.tokenizer)
-        self.sampling = SamplingParams(
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            top_k=cfg.rollout.top_k,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            stop=tuple(cfg.rollout.stop),
-        )
         a = cfg.algorithm
-        overlong = a.overlong
-        self.experience = ExperienceSettings(
-            groups=cfg.train.prompts_per_step,
-            completions_per_group=cfg.train.completions_per_prompt,
-            sampling=self.sampling,
-            rewards=self.rewards,
-            advantage_fn=ADVANTAGE_ESTIMATORS.get(a.advantage.id),
-            advantage_params=a.advantage.validated(ADVANTAGE_ESTIMATORS),
-            max_rounds=a.dynamic_sampling.max_rounds if a.dynamic_sampling.enabled else 1,
-            overlong_filter=overlong.filter,
-            overlong_cache_tokens=(
-                (overlong.cache_tokens or max(1, cfg.rollout.max_new_tokens // 5)) if overlong.soft_penalty else None
-            ),
-            overlong_max_penalty=overlong.max_penalty,
-            greedy_baseline="greedy_baseline" in ADVANTAGE_ESTIMATORS.entry(a.advantage.id).requires,
-            pad_token_id=self.engine.pad_token_id,
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.advantage_fn = ADVANTAGE_ESTIMATORS.get(a.advantage.id)
+        self.advantage_params = a.advantage.validated(ADVANTAGE_ESTIMATORS)
+        self.source = build_experience_source(
+            SourceContext(
+                cfg=cfg,
+                engine=self.engine,
+                tokenizer=self.tokenizer,
+                generator=self.generator,
+                advantage_fn=self.advantage_fn,
+                advantage_params=self.advantage_params,
+                reference=(lambda b: self._logprobs(self.ref_model, b)) if self.ref_model is not None else None,
+                kl_in_reward=self._kl_in_reward,
+            )
         )
         self.kl_controller = KLController(a.kl.coef, a.kl.adaptive, a.kl.target, a.kl.horizon)
         self.entropy_controller = EntropyController(
@@ -131,8 +118,6 @@ class Trainer:
         )
         total_optimizer_steps = t.steps * t.ppo_epochs * t.mini_batches
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, total_optimizer_steps)
-        self.sampler = PromptSampler(len(self.task.train), cfg.seed)
-        self.generator = torch.Generator().manual_seed(cfg.seed)
         self.step = 0
         if self.resume_from is not None:
             self._restore(self.resume_from)
@@ -165,7 +150,7 @@ class Trainer:
         state = ckpt.load_trainer_state(path)
         self.optimizer.load_state_dict(state.optimizer)
         self.scheduler.load_state_dict(state.scheduler)
-        self.sampler.load_state_dict(state.sampler)
+        self.source.load_state_dict(state.sampler)
         self.generator.set_state(state.generator)
         ckpt.restore_rng(state.rng)
         self.kl_controller.load_state_dict(state.controllers["kl"])
@@ -179,7 +164,7 @@ class Trainer:
             step=self.step,
             optimizer=self.optimizer.state_dict(),
             scheduler=self.scheduler.state_dict(),
-            sampler=self.sampler.state_dict(),
+            sampler=self.source.state_dict(),
             generator=self.generator.get_state(),
             rng=ckpt.capture_rng(),
             controllers={"kl": self.kl_controller.state_dict(), "entropy": self.entropy_controller.state_dict()},
@@ -188,10 +173,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> EvalResult:
-        cfg = self.cfg
-        examples = list(self.task.eval)[: cfg.eval.max_examples]
         self.model.eval()
-        result = evaluate_config(self.engine, self.tokenizer, cfg, self.rewards, examples)
+        result = self.source.evaluate()
         self.logger.log_eval(self.step, result.record())
         with (self.run_dir / f"eval_samples_step{self.step:06d}.jsonl").open("w") as f:
             for s in result.samples:
@@ -199,18 +182,6 @@ class Trainer:
         return result
 
     # ------------------------------------------------------------------ one step
-    def draw_prompts(self, count: int):
-        """The next ``count`` training examples and their prompt token ids."""
-        cfg = self.cfg
-        examples = [self.task.train[i] for i in self.sampler.next(count)]
-        prompt_ids = encode_prompts(
-            self.tokenizer,
-            [e.prompt for e in examples],
-            system_prompt=cfg.rollout.system_prompt,
-            use_chat_template=cfg.rollout.use_chat_template,
-        )
-        return examples, prompt_ids
-
     def _logprobs(self, model, batch) -> torch.Tensor:
         """No-grad log-probs of ``batch``'s responses (reference / recomputed old policy), ``train.forward`` layout."""
         with torch.inference_mode():
@@ -219,19 +190,11 @@ class Trainer:
             )
         return logprobs.float().clone()  # a normal tensor, usable later in autograd
 
-    def _collect(self):
+    def _kl_in_reward(self) -> KLInReward | None:
         kl = self.cfg.algorithm.kl
-        return collect_experience(
-            self.engine,
-            self.draw_prompts,
-            self.experience,
-            self.generator,
-            step=self.step,
-            reference=(lambda b: self._logprobs(self.ref_model, b)) if self.ref_model is not None else None,
-            kl_in_reward=(
-                KLInReward(KL_ESTIMATORS.get(kl.estimator), self.kl_controller.coef) if kl.placement == "reward" else None
-            ),
-        )
+        if kl.placement != "reward":
+            return None
+        return KLInReward(KL_ESTIMATORS.get(kl.estimator), self.kl_controller.coef)
 
     def _keep_ratio(self, selection) -> float:
         """This step's D^3S keep ratio (1.0 when that selection is off); schedules count steps from 0."""
@@ -248,8 +211,8 @@ class Trainer:
             exp.scores,
             selection,
             self._keep_ratio(samples),
-            self.experience.advantage_fn,
-            self.experience.advantage_params,
+            self.advantage_fn,
+            self.advantage_params,
         )
         return batch, stats
 
@@ -259,7 +222,7 @@ class Trainer:
         self.model.eval()
         kl = cfg.algorithm.kl
         with autocast(cfg.train.precision):
-            exp = self._collect()
+            exp = self.source.collect(self.step)
         release_host_memory()  # generation's freed KV cache goes back to the OS before the update
         batch, selection_stats = self._select_rollouts(exp)
         t_train = time.perf_counter()
@@ -268,6 +231,7 @@ class Trainer:
                 old = self._logprobs(self.model, batch)
             batch = batch.replace(old_logprobs=old, rollout_logprobs=batch.old_logprobs)
         batch, correction_stats = apply_rollout_correction(batch, cfg.algorithm.rollout_correction)
+        batch, weighting_stats = apply_trajectory_weighting(batch, cfg.algorithm.trajectory_weighting)
         coefs = Coefficients(
             kl=self.kl_controller.coef if kl.placement == "loss" else 0.0,
             entropy=self.entropy_controller.active_coef(),
@@ -289,6 +253,7 @@ class Trainer:
         metrics.update(exp.stats)
         metrics.update(selection_stats)
         metrics.update(correction_stats)
+        metrics.update(weighting_stats)
         metrics.update(
             {
                 "kl_coef": self.kl_controller.coef,
@@ -300,14 +265,7 @@ class Trainer:
                 "trained_tokens_per_second": update["trained_tokens"] / max(t_end - t_train, 1e-9),
             }
         )
-        keep = cfg.logging.samples_per_step
-        self.logger.log_samples(
-            self.step,
-            [
-                {**meta, "rewards": dict(zip(exp.batch.reward_names, exp.batch.rewards[k].tolist(), strict=True))}
-                for k, meta in enumerate(exp.batch.metadata[:keep])
-            ],
-        )
+        self.logger.log_samples(self.step, exp.samples)
         return metrics
 
     # ------------------------------------------------------------------ the loop
@@ -329,7 +287,7 @@ class Trainer:
                 out_of_time = budget is not None and metrics["elapsed_seconds"] >= budget
                 last = self.step == cfg.train.steps or out_of_time
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and not last:
-                    progress.note(f"step {self.step}: held-out accuracy {self.evaluate().report}")
+                    progress.note(f"step {self.step}: held-out {self.evaluate().report}")
                 if self.step % cfg.checkpoint.every == 0 or last:
                     self._save()
                 if out_of_time:

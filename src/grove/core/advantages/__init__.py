@@ -9,13 +9,29 @@ One module per family, each registering its estimators on import:
 * :mod:`~grove.core.advantages.passk`: ``grpo_passk``, ``passk_analytic``;
 * :mod:`~grove.core.advantages.bnpo`: ``bnpo``;
 * :mod:`~grove.core.advantages.remax`: ``remax`` (greedy-completion baseline).
+* :mod:`~grove.core.advantages.gigpo`: ``gigpo``, ``episode_grpo``, ``step_discounted_return`` (agent
+  experience: per-step credit from the step table ``batch.steps``).
 
 Shared pieces (score check, constant-group test, the estimator signature) are in
 :mod:`~grove.core.advantages.common`.
 """
 
-from grove.core.advantages import bnpo, gpg, group_norm, opo, passk, reinforce_pp, remax  # noqa: F401
-from grove.core.advantages.common import AdvantageFn, check_scores, constant_group
+from grove.core.advantages import bnpo, gigpo, gpg, group_norm, opo, passk, reinforce_pp, remax  # noqa: F401
+from grove.core.advantages.common import (
+    AdvantageFn,
+    AdvantageOutput,
+    check_scores,
+    constant_group,
+    run_estimator,
+)
 from grove.core.advantages.group_norm import NormConfig, normalize_scores
 
-__all__ = ["AdvantageFn", "NormConfig", "check_scores", "constant_group", "normalize_scores"]
+__all__ = [
+    "AdvantageFn",
+    "AdvantageOutput",
+    "NormConfig",
+    "check_scores",
+    "constant_group",
+    "normalize_scores",
+    "run_estimator",
+]

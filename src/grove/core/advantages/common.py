@@ -2,12 +2,20 @@
 
 An estimator is ``fn(batch: RolloutBatch, scores: Tensor[N], params) -> Tensor[N, R]``: sequence
 scores in, per-token advantages out (0 outside ``batch.response_mask``; a sequence-level value is
-broadcast with :func:`grove.core.token_ops.per_token`).
+broadcast with :func:`grove.core.token_ops.per_token`). It may instead return an
+:class:`AdvantageOutput`, the advantages plus named statistics for the step's metrics (GiGPO reports
+its episode and step parts separately).
+
+For agent experience, ``scores[i]`` is the *episode score* of sample ``i``'s trajectory (the sum of its
+environment rewards minus the penalties charged to the steps the sample holds), and the per-step
+rewards, penalties, turn numbers and anchor groups are in ``batch.steps`` (estimators that read them
+register with ``requires=("steps",)``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from pydantic import BaseModel
@@ -16,10 +24,25 @@ from torch import Tensor
 from grove.batch import RolloutBatch
 from grove.core.segments import broadcast, segment_count, segment_max, segment_min
 
-__all__ = ["AdvantageFn", "check_scores", "constant_group"]
+__all__ = ["AdvantageFn", "AdvantageOutput", "check_scores", "constant_group", "run_estimator"]
+
+
+@dataclass(frozen=True)
+class AdvantageOutput:
+    """An estimator's advantages ``[N, R]`` and statistics to log (names without a prefix)."""
+
+    advantages: Tensor
+    stats: dict[str, float] = field(default_factory=dict)
+
 
 #: the signature of a registered advantage estimator
-AdvantageFn = Callable[[RolloutBatch, Tensor, BaseModel], Tensor]
+AdvantageFn = Callable[[RolloutBatch, Tensor, BaseModel], "Tensor | AdvantageOutput"]
+
+
+def run_estimator(fn: AdvantageFn, batch: RolloutBatch, scores: Tensor, params: BaseModel) -> AdvantageOutput:
+    """Call an estimator and normalise its result to an :class:`AdvantageOutput`."""
+    out = fn(batch, scores, params)
+    return out if isinstance(out, AdvantageOutput) else AdvantageOutput(out)
 
 
 def check_scores(batch: RolloutBatch, scores: Tensor) -> Tensor:

@@ -1,4 +1,4 @@
-"""Epoch-based prompt sampler whose position is part of the checkpoint.
+"""Epoch-based sampler of training prompts (or environment tasks) whose position is part of the checkpoint.
 
 Each epoch visits every training example once in an order drawn from ``(seed, epoch)``, so the
 order never depends on how many steps ran in this process: a resumed run, restored to the same
@@ -19,7 +19,7 @@ class SamplerState:
     position: int = 0
 
 
-class PromptSampler:
+class TaskSampler:
     def __init__(self, num_examples: int, seed: int, state: SamplerState | None = None) -> None:
         if num_examples < 1:
             raise ValueError("the training split is empty")

@@ -1,0 +1,371 @@
+"""GiGPO: group-relative advantages at two levels, episodes and anchor-state steps (agent experience).
+
+Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training". Everything is computed
+per environment *step* on the step table ``batch.steps`` and then scattered to the tokens each step
+produced through ``batch.token_steps`` (0 where it is ``-1``: environment tokens, pads), so the numbers
+are the same whether a sample holds one step (per-step prompts, verl-agent's layout) or a whole
+trajectory (one growing conversation).
+
+For a step ``t`` of trajectory ``j`` in env group ``g`` with anchor group ``a`` (the steps of ``g``
+that acted from the same environment state)::
+
+    score_t  = sum_k r_{j,k} - p_t                       episode score (penalty: after_returns)
+    A^E_t    = (score_t - mean_g) [/ (std_g + eps)]      mean/std over the steps of g (or its trajectories)
+    R_t      = r_t + gamma R_{t+1} - p_t                 discounted return, penalty after the return
+    A^S_t    = (R_t - mean_a) [/ (std_a + eps)]          mean/std over the steps of anchor group a
+    A_t      = A^E_t + omega A^S_t
+
+Conventions match verl-agent (``gigpo/core_gigpo.py`` and ``apply_invalid_action_penalty`` in
+``verl/trainer/ppo/ray_trainer.py``, commit ``796ed31``): unbiased ``torch.std``; ``eps = 1e-6`` added
+to the std; ``mode`` (``mean_norm``: no std division, ``mean_std_norm``) applies to both levels; an
+env group with a single member uses mean 0 and std 1; an anchor group with a single step gets
+``A^S = 0``; by default the episode statistics count a ``T``-step trajectory ``T`` times
+(``compute_mean_std_cross_steps=True``); the invalid-action penalty is subtracted from the step's
+episode score and from its return after discounting. The one deviation: a group whose values are all
+equal gives exactly 0 (verl-agent divides its floating-point residue by ``eps``). Details:
+``docs/algorithms-gigpo.md``.
+
+``scores`` (the episode scores per sample) is only shape-checked: the per-step episode scores are
+recomputed from the step table, which is what makes the two layouts agree.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import Tensor
+
+from grove.batch import RolloutBatch, StepTable
+from grove.core import papers
+from grove.core.advantages.common import AdvantageOutput, check_scores
+from grove.core.segments import (
+    dense_index,
+    segment_count,
+    segment_discounted_returns,
+    segment_max,
+    segment_mean,
+    segment_min,
+    segment_std,
+)
+from grove.registry import ADVANTAGE_ESTIMATORS
+
+__all__ = [
+    "EpisodeGRPOParams",
+    "GiGPOParams",
+    "StepReturnParams",
+    "episode_advantages",
+    "episode_grpo",
+    "gigpo",
+    "step_advantages",
+    "step_discounted_return",
+    "step_episode_scores",
+    "step_returns",
+]
+
+Mode = Literal["mean_norm", "mean_std_norm"]
+EpisodeStatistics = Literal["steps", "trajectories"]
+Penalty = Literal["after_returns", "in_reward"]
+
+_MODE = "'mean_norm': A = x - mean (verl-agent's default); 'mean_std_norm': A = (x - mean) / (std + eps)."
+_PENALTY = (
+    "'after_returns' (verl-agent): a step's penalty is subtracted from that step's episode score and from its "
+    "return R_t after discounting; 'in_reward': subtracted from r_t before discounting (it propagates to earlier "
+    "steps) and from the trajectory's episode return."
+)
+_EPISODE_STATISTICS = (
+    "Who enters the episode mean/std of an env group: 'steps' (verl-agent's compute_mean_std_cross_steps=True: "
+    "a T-step trajectory counts T times) or 'trajectories' (once each, with its first step's episode score)."
+)
+
+
+# --------------------------------------------------------------------------- parameter models
+class GiGPOParams(BaseModel):
+    """Parameters of ``gigpo``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gamma: float = Field(
+        0.95, ge=0.0, le=1.0, description="Discount of the step returns R_t = r_t + gamma R_{t+1}."
+    )
+    step_advantage_weight: float = Field(
+        1.0, description="omega in A = A_episode + omega A_step (verl-agent's step_advantage_w)."
+    )
+    mode: Mode = Field("mean_norm", description=_MODE + " Applies to both levels.")
+    episode_statistics: EpisodeStatistics = Field("steps", description=_EPISODE_STATISTICS)
+    penalty: Penalty = Field("after_returns", description=_PENALTY)
+    eps: float = Field(1e-6, ge=0, description="Added to the std in mean_std_norm: (x - mean) / (std + eps).")
+    unbiased_std: bool = Field(True, description="Std with the n - 1 divisor (torch.std, verl-agent).")
+
+
+class EpisodeGRPOParams(BaseModel):
+    """Parameters of ``episode_grpo``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Mode = Field("mean_norm", description=_MODE)
+    episode_statistics: EpisodeStatistics = Field("steps", description=_EPISODE_STATISTICS)
+    penalty: Penalty = Field("after_returns", description=_PENALTY)
+    eps: float = Field(1e-6, ge=0, description="Added to the std in mean_std_norm: (x - mean) / (std + eps).")
+    unbiased_std: bool = Field(True, description="Std with the n - 1 divisor (torch.std, verl-agent).")
+
+
+class StepReturnParams(BaseModel):
+    """Parameters of ``step_discounted_return``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gamma: float = Field(
+        0.95, ge=0.0, le=1.0, description="Discount of the step returns R_t = r_t + gamma R_{t+1}."
+    )
+    mode: Mode = Field("mean_norm", description=_MODE)
+    penalty: Penalty = Field("after_returns", description=_PENALTY)
+    eps: float = Field(1e-6, ge=0, description="Added to the std in mean_std_norm: (x - mean) / (std + eps).")
+    unbiased_std: bool = Field(True, description="Std with the n - 1 divisor (torch.std, verl-agent).")
+
+
+# --------------------------------------------------------------------------- per-step quantities
+def _require_steps(batch: RolloutBatch, name: str) -> StepTable:
+    if batch.steps is None or batch.token_steps is None:
+        raise ValueError(
+            f"advantage estimator {name!r} needs per-step environment experience (batch.steps and "
+            "batch.token_steps): use an environment experience source (agent rollouts); this batch has no step table"
+        )
+    return batch.steps
+
+
+def _rewards(steps: StepTable, penalty: Penalty) -> tuple[Tensor, Tensor]:
+    """The rewards that are discounted and summed, and the penalty left to subtract afterwards (float64)."""
+    reward = steps.reward.to(torch.float64)
+    charge = steps.penalty.to(torch.float64)
+    if penalty == "in_reward":
+        return reward - charge, torch.zeros_like(charge)
+    return reward, charge
+
+
+def step_episode_scores(steps: StepTable, penalty: Penalty = "after_returns") -> Tensor:
+    """``[S]`` float64: each step's episode score, the sum of its trajectory's rewards minus the penalty.
+
+    ``after_returns`` (verl-agent): ``sum_k r_k - p_t``, the step's own penalty only. ``in_reward``:
+    ``sum_k (r_k - p_k)``, every penalty of the trajectory, the same for all its steps.
+    """
+    reward, charge = _rewards(steps, penalty)
+    trajectory, num = dense_index(steps.trajectory)
+    total = reward.new_zeros(num).index_add(0, trajectory, reward)
+    return total[trajectory] - charge
+
+
+def step_returns(steps: StepTable, gamma: float, penalty: Penalty = "after_returns") -> Tensor:
+    """``[S]`` float64: ``R_t = r_t + gamma R_{t+1}`` along each trajectory (by turn), minus the penalty.
+
+    ``after_returns`` (verl-agent): ``R_t`` of the env rewards, then ``- p_t`` (not discounted backwards);
+    ``in_reward``: ``R_t`` of ``r_t - p_t``.
+    """
+    reward, charge = _rewards(steps, penalty)
+    return segment_discounted_returns(reward, steps.trajectory, steps.index, gamma) - charge
+
+
+def _normalize(
+    values: Tensor,
+    segment: Tensor,
+    num: int,
+    *,
+    mode: Mode,
+    eps: float,
+    unbiased: bool,
+    lone: Literal["raw", "zero"],
+    members: Tensor | None = None,
+) -> Tensor:
+    """``values - mean`` (``mean_norm``) or ``(values - mean) / (std + eps)`` per segment.
+
+    The statistics are taken over ``values[members]`` (all values when ``None``) and applied to every
+    value of the segment. A segment with one member: ``lone="raw"`` uses mean 0 and std 1 (verl's GRPO
+    and verl-agent's episode convention), ``lone="zero"`` gives 0 (verl-agent's singleton anchor group).
+    A segment with several members, all equal, gives exactly 0 for its values equal to them.
+    """
+    stat_values, stat_segment = (values, segment) if members is None else (values[members], segment[members])
+    count = segment_count(stat_segment, num)
+    mean = segment_mean(stat_values, stat_segment, num)
+    std = segment_std(stat_values, stat_segment, num, unbiased=unbiased)
+    low = segment_min(stat_values, stat_segment, num)
+    single = count == 1
+    if lone == "raw":
+        mean = torch.where(single, torch.zeros_like(mean), mean)
+        std = torch.where(single, torch.ones_like(std), std)
+    centered = values - mean[segment]
+    out = centered if mode == "mean_norm" else centered / (std[segment] + eps)
+    constant = (count > 1) & (segment_max(stat_values, stat_segment, num) == low)
+    zero = constant[segment] & (values == low[segment])
+    if lone == "zero":
+        zero = zero | single[segment]
+    return torch.where(zero, torch.zeros_like(out), out)
+
+
+def _first_steps(steps: StepTable) -> Tensor:
+    """``[S]`` bool: the step with the lowest turn number of each trajectory (ties: the first in the table)."""
+    perm = torch.argsort(steps.index, stable=True)
+    perm = perm[torch.argsort(steps.trajectory[perm], stable=True)]
+    sorted_traj = steps.trajectory[perm]
+    starts = torch.ones_like(sorted_traj, dtype=torch.bool)
+    starts[1:] = sorted_traj[1:] != sorted_traj[:-1]
+    first = torch.zeros_like(starts)
+    first[perm[starts]] = True
+    return first
+
+
+def episode_advantages(
+    steps: StepTable,
+    *,
+    mode: Mode = "mean_norm",
+    episode_statistics: EpisodeStatistics = "steps",
+    penalty: Penalty = "after_returns",
+    eps: float = 1e-6,
+    unbiased_std: bool = True,
+) -> Tensor:
+    """``[S]`` float64: GiGPO's episode advantage ``A^E`` of every step (verl-agent ``episode_norm_reward``).
+
+    Each step's episode score is normalised over its env group (``steps.group``): over all its steps
+    (``"steps"``, a T-step trajectory counts T times) or over its trajectories (``"trajectories"``, each
+    once with the score of its first step, the row verl-agent sees first). A group with one member: mean
+    0, std 1; a group of equal scores: 0.
+    """
+    score = step_episode_scores(steps, penalty)
+    group, num = dense_index(steps.group)
+    members = _first_steps(steps) if episode_statistics == "trajectories" else None
+    return _normalize(
+        score, group, num, mode=mode, eps=eps, unbiased=unbiased_std, lone="raw", members=members
+    )
+
+
+def step_advantages(
+    steps: StepTable,
+    *,
+    gamma: float = 0.95,
+    mode: Mode = "mean_norm",
+    penalty: Penalty = "after_returns",
+    eps: float = 1e-6,
+    unbiased_std: bool = True,
+) -> Tensor:
+    """``[S]`` float64: GiGPO's step advantage ``A^S`` (verl-agent ``step_norm_reward``): each step's
+    discounted return normalised over its anchor group; a lone step in its anchor group gets 0."""
+    returns = step_returns(steps, gamma, penalty)
+    anchor, num = dense_index(steps.anchor)
+    return _normalize(returns, anchor, num, mode=mode, eps=eps, unbiased=unbiased_std, lone="zero")
+
+
+def _to_tokens(batch: RolloutBatch, per_step: Tensor, dtype: torch.dtype) -> Tensor:
+    """``[N, R]``: each token gets the value of the step that produced it, 0 where ``token_steps < 0``."""
+    token_steps = batch.token_steps
+    out = torch.zeros(token_steps.shape, dtype=dtype, device=token_steps.device)
+    if per_step.numel() == 0:
+        return out
+    valid = (token_steps >= 0) & batch.response_mask.bool()
+    return torch.where(valid, per_step.to(dtype)[token_steps.clamp_min(0)], out)
+
+
+def _out_dtype(scores: Tensor, steps: StepTable) -> torch.dtype:
+    reward = steps.reward.dtype if steps.reward.is_floating_point() else scores.dtype
+    return torch.promote_types(scores.dtype, reward)
+
+
+def _moments(x: Tensor) -> tuple[float, float]:
+    """Mean and population std of a 1-D tensor as floats (0 for an empty one)."""
+    if x.numel() == 0:
+        return 0.0, 0.0
+    return float(x.mean()), float(x.std(correction=0))
+
+
+def _episode_stats(a_episode: Tensor) -> dict[str, float]:
+    mean, std = _moments(a_episode)
+    return {"episode_mean": mean, "episode_std": std}
+
+
+def _step_stats(a_step: Tensor, steps: StepTable) -> dict[str, float]:
+    mean, std = _moments(a_step)
+    stats = {"step_mean": mean, "step_std": std, "step_nonzero_frac": 0.0}
+    stats.update(anchor_group_size_mean=0.0, anchor_singleton_frac=0.0)
+    if a_step.numel():
+        sizes = segment_count(*dense_index(steps.anchor)).to(torch.float64)
+        stats.update(
+            step_nonzero_frac=float((a_step != 0).to(torch.float64).mean()),
+            anchor_group_size_mean=float(sizes.mean()),
+            anchor_singleton_frac=float((sizes == 1).to(torch.float64).mean()),
+        )
+    return stats
+
+
+# --------------------------------------------------------------------------- estimators
+@ADVANTAGE_ESTIMATORS.register(
+    "gigpo",
+    params=GiGPOParams,
+    paper=papers.GIGPO,
+    summary="Episode-level group advantage plus anchor-state step-level advantage of discounted returns (agents).",
+    requires=("steps",),
+    formula=(
+        "A_t = (s_t - mean_g) [/ (std_g + eps)] + omega (R_t - mean_a) [/ (std_a + eps)], "
+        "s_t = sum_k r_k - p_t, R_t = r_t + gamma R_{t+1} - p_t, a = anchor group of step t"
+    ),
+    reference="verl-agent gigpo/core_gigpo.py::compute_gigpo_outcome_advantage (796ed31)",
+)
+def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> AdvantageOutput:
+    """GiGPO (Feng et al. 2025): ``A = A^E + omega A^S`` per environment step, scattered to its tokens."""
+    steps = _require_steps(batch, "gigpo")
+    dtype = _out_dtype(check_scores(batch, scores), steps)
+    a_episode = episode_advantages(
+        steps,
+        mode=params.mode,
+        episode_statistics=params.episode_statistics,
+        penalty=params.penalty,
+        eps=params.eps,
+        unbiased_std=params.unbiased_std,
+    )
+    a_step = step_advantages(
+        steps,
+        gamma=params.gamma,
+        mode=params.mode,
+        penalty=params.penalty,
+        eps=params.eps,
+        unbiased_std=params.unbiased_std,
+    )
+    advantages = _to_tokens(batch, a_episode + params.step_advantage_weight * a_step, dtype)
+    return AdvantageOutput(advantages, {**_episode_stats(a_episode), **_step_stats(a_step, steps)})
+
+
+@ADVANTAGE_ESTIMATORS.register(
+    "episode_grpo",
+    params=EpisodeGRPOParams,
+    paper=papers.GIGPO,
+    summary="GiGPO's episode-level advantage alone: GRPO over the trajectories of an env group (agents).",
+    requires=("steps",),
+    formula="A_t = (s_t - mean_g) [/ (std_g + eps)], s_t = sum_k r_k - p_t (= gigpo with omega = 0)",
+    reference="verl-agent gigpo/core_gigpo.py::episode_norm_reward (796ed31)",
+)
+def episode_grpo(batch: RolloutBatch, scores: Tensor, params: EpisodeGRPOParams) -> AdvantageOutput:
+    """GiGPO's episode advantage only (GRPO on trajectories); equals ``gigpo`` with ``step_advantage_weight: 0``."""
+    steps = _require_steps(batch, "episode_grpo")
+    dtype = _out_dtype(check_scores(batch, scores), steps)
+    a_episode = episode_advantages(steps, **params.model_dump())
+    return AdvantageOutput(_to_tokens(batch, a_episode, dtype), _episode_stats(a_episode))
+
+
+@ADVANTAGE_ESTIMATORS.register(
+    "step_discounted_return",
+    params=StepReturnParams,
+    paper=papers.GIGPO,
+    summary="Baseline for GiGPO: each step's discounted return normalised over all steps of its env group, no anchors.",
+    requires=("steps",),
+    formula="A_t = (R_t - mean_g) [/ (std_g + eps)], R_t = r_t + gamma R_{t+1} - p_t, over the steps of env group g",
+    reference="GiGPO's step returns (verl-agent compute_step_discounted_returns) with env-group statistics",
+)
+def step_discounted_return(batch: RolloutBatch, scores: Tensor, params: StepReturnParams) -> AdvantageOutput:
+    """Discounted step returns normalised over the env group: a step-level baseline without anchor states."""
+    steps = _require_steps(batch, "step_discounted_return")
+    dtype = _out_dtype(check_scores(batch, scores), steps)
+    returns = step_returns(steps, params.gamma, params.penalty)
+    group, num = dense_index(steps.group)
+    a_step = _normalize(
+        returns, group, num, mode=params.mode, eps=params.eps, unbiased=params.unbiased_std, lone="raw"
+    )
+    mean, std = _moments(a_step)
+    return AdvantageOutput(_to_tokens(batch, a_step, dtype), {"step_mean": mean, "step_std": std})

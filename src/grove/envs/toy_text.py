@@ -1,0 +1,476 @@
+"""Gymnasium's toy-text worlds (FrozenLake, CliffWalking, Taxi) rendered as text for language-model agents.
+
+The dynamics, rewards and maps are gymnasium's (``gymnasium.envs.toy_text``; Gymnasium: "Gymnasium: A Standard
+Interface for Reinforcement Learning Environments"); the text rendering is grove's, drawn from the state (no
+ANSI colours). The anchor key is gymnasium's integer state, which is the whole Markov state of these worlds
+(the map is fixed within a task), so equal keys are the same state whatever the action order.
+
+Task ids: ``frozenlake`` and ``cliffwalking`` train on ids ``0..n-1`` and evaluate on ids from
+:data:`EVAL_TASK_OFFSET` up; with ``frozenlake`` ``maps="random"`` the id seeds the map
+(``generate_random_map(size, p, seed=task_id)``) and held-out maps differ from every training map. ``taxi``
+ids index a fixed shuffle of its 300 start states: training takes the first ids, evaluation the last ones, so
+no evaluation start state is ever trained on. ``reset(task_id, seed)`` seeds gymnasium's generator with a
+hash of both (it only matters for the slippery / rainy variants).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable, Sequence
+from functools import lru_cache
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from grove.envs.actions import normalize_action
+from grove.envs.base import EnvironmentSuite, Observation, Transition
+from grove.registry import ENVIRONMENTS
+
+__all__ = [
+    "EVAL_TASK_OFFSET",
+    "CliffWalkingParams",
+    "FrozenLakeParams",
+    "TaxiParams",
+    "ToyTextEnvironment",
+    "cliffwalking_suite",
+    "frozenlake_suite",
+    "taxi_suite",
+]
+
+GYMNASIUM = "Gymnasium: A Standard Interface for Reinforcement Learning Environments (Towers et al., 2024)"
+SUTTON_BARTO = "Reinforcement Learning: An Introduction (Sutton and Barto, 2018)"
+MAXQ = "Hierarchical Reinforcement Learning with the MAXQ Value Function Decomposition (Dietterich, 2000)"
+
+EVAL_TASK_OFFSET = 100_000
+"""First evaluation task id of ``frozenlake`` and ``cliffwalking`` (training ids are ``0..n-1``)."""
+
+_ANSWER_FORMAT = (
+    "Think briefly, then answer with exactly one action inside <action>...</action>, for example "
+    "<action>{example}</action>. You may also give the number of a listed action, for example <action>1</action>."
+)
+
+
+def _reset_seed(task_id: int, seed: int) -> int:
+    """A 32-bit generator seed that depends on both the task and the episode seed (stable across runs)."""
+    return int.from_bytes(hashlib.blake2b(f"{task_id}:{seed}".encode(), digest_size=4).digest(), "big")
+
+
+class ToyTextEnvironment:
+    """One copy of a toy-text world: a gymnasium env plus a text renderer.
+
+    Subclasses set ``actions`` (in the gymnasium action order) and implement :meth:`_make` (the gymnasium env
+    of a task), :meth:`_render` and :meth:`_outcome`; :meth:`_world` (default: one env for every task) says
+    when a task needs another env (another map), :meth:`_start` adjusts the start state. An unknown command is a no-op step (reward 0, counted
+    towards ``max_steps``) with ``info["invalid_action"] = True``; the action parsers normally prevent it.
+    """
+
+    actions: tuple[str, ...] = ()
+
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+        self._env: Any = None
+        self._world_key: Hashable = None
+        self._steps = 0
+        self._done = True
+        self._index = {a: i for i, a in enumerate(self.actions)}
+
+    # -- to implement ------------------------------------------------------------------------------------
+    def _make(self, task_id: int) -> Any:
+        raise NotImplementedError
+
+    def _world(self, task_id: int) -> Hashable:
+        """What distinguishes the gymnasium env of ``task_id`` (its map): a new one is made when it changes."""
+        return None
+
+    def _start(self, task_id: int) -> None:
+        """Hook after gymnasium's reset (e.g. to place Taxi in the task's start state)."""
+
+    def _render(self, note: str) -> str:
+        raise NotImplementedError
+
+    def _outcome(self, reward: float, terminated: bool) -> tuple[bool, bool, str]:
+        """``(won, lost, note)`` of the last step; ``note`` is a sentence shown above the grid, or ``""``."""
+        raise NotImplementedError
+
+    # -- Environment protocol ----------------------------------------------------------------------------
+    @property
+    def state(self) -> int:
+        """The gymnasium integer state (the anchor key)."""
+        return int(self._env.unwrapped.s)
+
+    def reset(self, task_id: int, seed: int) -> Observation:
+        world = self._world(task_id)
+        if self._env is None or self._world_key != world:
+            self._env, self._world_key = self._make(task_id), world
+        self._env.reset(seed=_reset_seed(task_id, seed))
+        self._start(task_id)
+        self._steps, self._done = 0, False
+        return self._observe("")
+
+    def step(self, action: str) -> Transition:
+        if self._done:
+            raise RuntimeError("step() after the episode ended; call reset() first")
+        self._steps += 1
+        truncated = self._steps >= self.max_steps
+        key = normalize_action(action)
+        if key not in self._index:
+            self._done = truncated
+            note = f"Unknown action {action!r}; the actions are: {', '.join(self.actions)}."
+            info = {"won": False, "lost": False, "truncated": truncated, "invalid_action": True}
+            return Transition(self._observe(note), 0.0, truncated, info)
+        _, reward, terminated, _, _ = self._env.step(self._index[key])
+        won, lost, note = self._outcome(float(reward), bool(terminated))
+        self._done = bool(terminated) or truncated
+        info = {"won": won, "lost": lost, "truncated": truncated and not terminated}
+        return Transition(self._observe(note), float(reward), self._done, info)
+
+    def _observe(self, note: str) -> Observation:
+        return Observation(self._render(note), self.state, self.actions)
+
+
+def _grid_lines(cells: Sequence[Sequence[str]]) -> list[str]:
+    return [" ".join(row) for row in cells]
+
+
+def _where(row: int, col: int) -> str:
+    return f"row {row + 1}, column {col + 1}"
+
+
+# ------------------------------------------------------------------------------------------------------
+# FrozenLake
+# ------------------------------------------------------------------------------------------------------
+
+
+class FrozenLakeParams(BaseModel):
+    """Parameters of the ``frozenlake`` environment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    size: Literal[4, 8] = Field(4, description="Side of the square lake: 4 or 8.")
+    slippery: bool = Field(
+        False, description="Gymnasium's slippery ice: the move goes sideways with probability 2/3."
+    )
+    maps: Literal["fixed", "random"] = Field(
+        "fixed",
+        description="'fixed': gymnasium's standard map of that size (tasks then differ only by seed); 'random': "
+        "generate_random_map(size, p, seed=task_id), one map per task.",
+    )
+    p: float = Field(0.8, gt=0.0, le=1.0, description="Probability that a tile is frozen, for maps='random'.")
+    max_steps: int = Field(100, ge=1, description="Steps before the episode is truncated.")
+    num_train_tasks: int = Field(1000, ge=1, description="Training task ids 0..num_train_tasks-1.")
+    num_eval_tasks: int = Field(
+        100,
+        ge=0,
+        description="Held-out task ids from 100000 up; with maps='random', ids whose map equals a training map "
+        "are skipped.",
+    )
+
+
+@lru_cache(maxsize=4096)
+def _frozenlake_map(size: int, maps: str, p: float, task_id: int) -> tuple[str, ...]:
+    from gymnasium.envs.toy_text.frozen_lake import MAPS, generate_random_map
+
+    if maps == "fixed":
+        return tuple(MAPS[f"{size}x{size}"])
+    return tuple(generate_random_map(size=size, p=p, seed=task_id))
+
+
+class FrozenLakeEnvironment(ToyTextEnvironment):
+    """FrozenLake: walk from the start (top left) to the goal (bottom right) without falling into a hole."""
+
+    actions = ("left", "down", "right", "up")
+
+    def __init__(self, params: FrozenLakeParams) -> None:
+        super().__init__(params.max_steps)
+        self.params = params
+
+    def _world(self, task_id: int) -> Hashable:
+        return task_id if self.params.maps == "random" else None
+
+    def _make(self, task_id: int) -> Any:
+        from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
+
+        desc = _frozenlake_map(self.params.size, self.params.maps, self.params.p, task_id)
+        return FrozenLakeEnv(desc=list(desc), is_slippery=self.params.slippery)
+
+    def _outcome(self, reward: float, terminated: bool) -> tuple[bool, bool, str]:
+        tile = self._tile()
+        if terminated and tile == "G":
+            return True, False, "You reached the goal!"
+        if terminated and tile == "H":
+            return False, True, "You fell into a hole. The episode is over."
+        return False, False, ""
+
+    def _tile(self) -> str:
+        desc = self._env.unwrapped.desc
+        row, col = divmod(self.state, desc.shape[1])
+        return desc[row, col].decode()
+
+    def _render(self, note: str) -> str:
+        desc = self._env.unwrapped.desc
+        row, col = divmod(self.state, desc.shape[1])
+        cells = [[{"S": ".", "F": "."}.get(c.decode(), c.decode()) for c in line] for line in desc]
+        cells[row][col] = "P"
+        lines = [note] if note else []
+        lines += ["The frozen lake (row 1 is the top, column 1 the left):", *_grid_lines(cells)]
+        lines += [
+            "Legend: P = you, . = frozen ice (safe), H = hole, G = goal.",
+            f"You are at {_where(row, col)}; the goal is at {_where(*divmod(desc.size - 1, desc.shape[1]))}.",
+        ]
+        return "\n".join(lines)
+
+
+@ENVIRONMENTS.register(
+    "frozenlake",
+    params=FrozenLakeParams,
+    paper=GYMNASIUM,
+    summary="Gymnasium FrozenLake as a text grid: reach the goal without falling into a hole",
+)
+def frozenlake_suite(params: FrozenLakeParams) -> EnvironmentSuite:
+    """FrozenLake (gymnasium ``FrozenLake-v1``): reward 1 on reaching the goal, else 0; a hole ends the episode."""
+    train = range(params.num_train_tasks)
+    if params.maps == "random":
+        seen = {_frozenlake_map(params.size, "random", params.p, t) for t in train}
+        held_out: list[int] = []
+        task = EVAL_TASK_OFFSET
+        while len(held_out) < params.num_eval_tasks:
+            if task - EVAL_TASK_OFFSET >= 100 * params.num_eval_tasks + 10_000:
+                raise ValueError(
+                    f"frozenlake: only {len(held_out)} held-out maps differ from the {params.num_train_tasks} "
+                    "training maps; lower num_train_tasks or num_eval_tasks, or raise size"
+                )
+            if _frozenlake_map(params.size, "random", params.p, task) not in seen:
+                held_out.append(task)
+            task += 1
+        eval_tasks: Sequence[int] = held_out
+    else:
+        eval_tasks = range(EVAL_TASK_OFFSET, EVAL_TASK_OFFSET + params.num_eval_tasks)
+    slip = (
+        " The ice is slippery: a move may take you sideways instead of the way you chose."
+        if params.slippery
+        else ""
+    )
+    instructions = (
+        "You are walking on a frozen lake drawn as a grid. Start at the top left and reach the goal G at the "
+        "bottom right. Falling into a hole H ends the episode with no reward; reaching the goal gives "
+        f"reward 1.{slip} Moving into the edge of the lake leaves you where you are. Actions: left, down, "
+        "right, up.\n" + _ANSWER_FORMAT.format(example="right")
+    )
+    return EnvironmentSuite(
+        name="frozenlake",
+        make=lambda: FrozenLakeEnvironment(params),
+        train_tasks=train,
+        eval_tasks=eval_tasks,
+        instructions=instructions,
+        metadata={"params": params.model_dump(), "actions": FrozenLakeEnvironment.actions},
+    )
+
+
+# ------------------------------------------------------------------------------------------------------
+# CliffWalking
+# ------------------------------------------------------------------------------------------------------
+
+
+class CliffWalkingParams(BaseModel):
+    """Parameters of the ``cliffwalking`` environment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    slippery: bool = Field(False, description="Gymnasium's slippery cliff: moves sometimes go sideways.")
+    max_steps: int = Field(100, ge=1, description="Steps before the episode is truncated.")
+    num_train_tasks: int = Field(
+        100, ge=1, description="Training task ids 0..n-1 (one map: tasks differ only by the generator seed)."
+    )
+    num_eval_tasks: int = Field(10, ge=0, description="Held-out task ids from 100000 up.")
+
+
+class CliffWalkingEnvironment(ToyTextEnvironment):
+    """CliffWalking: walk along a 4×12 grid from the bottom left to the bottom right without stepping off the cliff."""
+
+    actions = ("up", "right", "down", "left")
+
+    def __init__(self, params: CliffWalkingParams) -> None:
+        super().__init__(params.max_steps)
+        self.params = params
+
+    def _make(self, task_id: int) -> Any:
+        from gymnasium.envs.toy_text.cliffwalking import CliffWalkingEnv
+
+        return CliffWalkingEnv(is_slippery=self.params.slippery)
+
+    def _outcome(self, reward: float, terminated: bool) -> tuple[bool, bool, str]:
+        if terminated:
+            return True, False, "You reached the goal!"
+        if reward <= -100:
+            return False, False, "You stepped off the cliff (reward -100) and are back at the start."
+        return False, False, ""
+
+    def _render(self, note: str) -> str:
+        env = self._env.unwrapped
+        nrow, ncol = env.shape
+        cells = [["C" if env._cliff[r, c] else "." for c in range(ncol)] for r in range(nrow)]
+        cells[nrow - 1][ncol - 1] = "G"
+        row, col = divmod(self.state, ncol)
+        cells[row][col] = "P"
+        lines = [note] if note else []
+        lines += [f"The cliff (row 1 is the top, column 1 the left; {nrow} rows, {ncol} columns):"]
+        lines += _grid_lines(cells)
+        lines += [
+            "Legend: P = you, . = safe ground, C = cliff, G = goal.",
+            f"You are at {_where(row, col)}; the goal is at {_where(nrow - 1, ncol - 1)}.",
+        ]
+        return "\n".join(lines)
+
+
+@ENVIRONMENTS.register(
+    "cliffwalking",
+    params=CliffWalkingParams,
+    paper=f"{SUTTON_BARTO}; {GYMNASIUM}",
+    summary="Gymnasium CliffWalking as a text grid: -1 per step, -100 for stepping off the cliff",
+)
+def cliffwalking_suite(params: CliffWalkingParams) -> EnvironmentSuite:
+    """CliffWalking (gymnasium ``CliffWalking-v1``, Sutton and Barto's example 6.6)."""
+    instructions = (
+        "You are on a 4-row by 12-column grid with a cliff along the bottom row. Start at the bottom left and "
+        "reach the goal G at the bottom right. Every step costs -1; stepping onto the cliff C costs -100 and "
+        "sends you back to the start. Moving into the edge of the grid leaves you where you are. Actions: up, "
+        "right, down, left.\n" + _ANSWER_FORMAT.format(example="up")
+    )
+    return EnvironmentSuite(
+        name="cliffwalking",
+        make=lambda: CliffWalkingEnvironment(params),
+        train_tasks=range(params.num_train_tasks),
+        eval_tasks=range(EVAL_TASK_OFFSET, EVAL_TASK_OFFSET + params.num_eval_tasks),
+        instructions=instructions,
+        metadata={"params": params.model_dump(), "actions": CliffWalkingEnvironment.actions},
+    )
+
+
+# ------------------------------------------------------------------------------------------------------
+# Taxi
+# ------------------------------------------------------------------------------------------------------
+
+TAXI_START_STATES = 300
+"""Taxi-v4's start states: 25 taxi cells × 4 passenger stops × 3 other destinations."""
+
+
+class TaxiParams(BaseModel):
+    """Parameters of the ``taxi`` environment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rainy: bool = Field(
+        False, description="Gymnasium's is_rainy: moves go in the intended direction with probability 0.8."
+    )
+    max_steps: int = Field(200, ge=1, description="Steps before the episode is truncated (gymnasium: 200).")
+    num_train_tasks: int = Field(
+        250, ge=1, description="Training task ids 0..n-1 (each a distinct start state)."
+    )
+    num_eval_tasks: int = Field(
+        50, ge=0, description="Held-out task ids 300-n..299: start states never used in training."
+    )
+
+    @model_validator(mode="after")
+    def _fits(self) -> TaxiParams:
+        if self.num_train_tasks + self.num_eval_tasks > TAXI_START_STATES:
+            raise ValueError(
+                f"num_train_tasks + num_eval_tasks must be at most {TAXI_START_STATES} (Taxi's start states)"
+            )
+        return self
+
+
+@lru_cache(maxsize=1)
+def _taxi_start_states() -> tuple[int, ...]:
+    """Taxi's 300 start states in a fixed shuffled order (task id ``i`` starts in the ``i``-th)."""
+    import numpy as np
+    from gymnasium.envs.toy_text.taxi import TaxiEnv
+
+    states = np.flatnonzero(TaxiEnv().initial_state_distrib)
+    return tuple(int(s) for s in np.random.default_rng(0).permutation(states))
+
+
+class TaxiEnvironment(ToyTextEnvironment):
+    """Taxi: drive to the passenger, pick them up, drive to the destination and drop them off."""
+
+    actions = ("south", "north", "east", "west", "pickup", "dropoff")
+    stop_names = ("R", "G", "Y", "B")
+
+    def __init__(self, params: TaxiParams) -> None:
+        super().__init__(params.max_steps)
+        self.params = params
+
+    def _make(self, task_id: int) -> Any:
+        from gymnasium.envs.toy_text.taxi import TaxiEnv
+
+        return TaxiEnv(is_rainy=self.params.rainy)
+
+    def _world(self, task_id: int) -> Hashable:
+        """What distinguishes the gymnasium env of ``task_id`` (its map): a new one is made when it changes."""
+        return None
+
+    def _world(self, task_id: int) -> Hashable:
+        if not 0 <= task_id < TAXI_START_STATES:
+            raise ValueError(f"taxi task id {task_id} is not in 0..{TAXI_START_STATES - 1}")
+        return None
+
+    def _start(self, task_id: int) -> None:
+        self._env.unwrapped.s = _taxi_start_states()[task_id]
+
+    def _outcome(self, reward: float, terminated: bool) -> tuple[bool, bool, str]:
+        if terminated:
+            return True, False, "The passenger was dropped off at the destination!"
+        if reward <= -10:
+            return False, False, "Illegal pickup or dropoff (reward -10)."
+        return False, False, ""
+
+    def _render(self, note: str) -> str:
+        env = self._env.unwrapped
+        taxi_row, taxi_col, passenger, destination = env.decode(self.state)
+        stops = {loc: name for loc, name in zip(env.locs, self.stop_names, strict=True)}
+        lines = [note] if note else []
+        lines += ["The city (row 1 is the top, column 1 the left):", "+" + "-" * 9 + "+"]
+        for r in range(5):
+            line = "|"
+            for c in range(5):
+                line += "T" if (r, c) == (taxi_row, taxi_col) else stops.get((r, c), ".")
+                line += "|" if env.desc[r + 1, 2 * c + 2] == b"|" else " "
+            lines.append(line)
+        lines.append("+" + "-" * 9 + "+")
+
+        def stop(i: int) -> str:
+            return f"{self.stop_names[i]} ({_where(*env.locs[i])})"
+
+        here = stops.get((taxi_row, taxi_col))
+        lines.append(f"Taxi T: at {_where(taxi_row, taxi_col)}" + (f", on stop {here}." if here else "."))
+        lines.append(
+            "Passenger: in the taxi." if passenger == 4 else f"Passenger: waiting at {stop(passenger)}."
+        )
+        lines.append(f"Destination: {stop(destination)}.")
+        lines.append("Legend: T = taxi, R G Y B = stops, . = road, | = wall (blocks east/west moves).")
+        return "\n".join(lines)
+
+
+@ENVIRONMENTS.register(
+    "taxi",
+    params=TaxiParams,
+    paper=f"{MAXQ}; {GYMNASIUM}",
+    summary="Gymnasium Taxi-v4 as text: pick the passenger up and drop them at the destination",
+)
+def taxi_suite(params: TaxiParams) -> EnvironmentSuite:
+    """Taxi (gymnasium ``Taxi-v4``): -1 per step, +20 for a correct dropoff, -10 for an illegal pickup/dropoff."""
+    rain = " It is raining: a move sometimes goes sideways." if params.rainy else ""
+    instructions = (
+        "You drive a taxi T on a 5x5 grid with four stops R, G, Y and B. Drive to the passenger's stop, pick "
+        "the passenger up, drive to the destination stop and drop them off. Walls | block east/west moves; "
+        "driving into a wall or the edge leaves the taxi where it is. Every action costs -1, a correct dropoff "
+        f"gives +20 and ends the episode, an illegal pickup or dropoff costs -10.{rain} Actions: south (down), "
+        "north (up), east (right), west (left), pickup, dropoff.\n" + _ANSWER_FORMAT.format(example="north")
+    )
+    return EnvironmentSuite(
+        name="taxi",
+        make=lambda: TaxiEnvironment(params),
+        train_tasks=range(params.num_train_tasks),
+        eval_tasks=range(TAXI_START_STATES - params.num_eval_tasks, TAXI_START_STATES),
+        instructions=instructions,
+        metadata={"params": params.model_dump(), "actions": TaxiEnvironment.actions},
+    )

@@ -1,0 +1,16 @@
+"""Experience sources: where a step's training batch comes from (docs/architecture.md, docs/agents.md).
+
+* :mod:`~grove.experience.source`: the seam (:class:`ExperienceSource`, :class:`SourceContext`, the registry);
+* :mod:`~grove.experience.completions`: single-turn prompts of a task, scored by reward functions;
+* :mod:`~grove.experience.environment`: multi-turn environment episodes (agents), built from
+  :mod:`~grove.experience.episodes` (the batched turn loop), :mod:`~grove.experience.per_step_prompts` and
+  :mod:`~grove.experience.conversation` (the two prompt modes), :mod:`~grove.experience.anchors`
+  (anchor groups), :mod:`~grove.experience.trajectory_batch` (trajectories → batch + step table) and
+  :mod:`~grove.experience.episode_metrics`;
+* :mod:`~grove.experience.task_sampler`: the checkpointed order of prompts or tasks.
+"""
+
+from grove.experience import completions, environment  # noqa: F401  (register the sources)
+from grove.experience.source import ExperienceSource, SourceContext, StepExperience, build_experience_source
+
+__all__ = ["ExperienceSource", "SourceContext", "StepExperience", "build_experience_source"]

@@ -1,0 +1,240 @@
+"""Agent experience: multi-turn episodes of an environment, as a step's :class:`StepExperience`.
+
+A step plays ``train.prompts_per_step`` env groups; each group is ``train.completions_per_prompt`` (G)
+copies of the environment reset to the same task and seed (tasks from an epoch-based sampler over the
+environment's training tasks, seeds drawn from the run's generator, so both are part of the checkpoint).
+The episodes (:func:`grove.experience.episodes.run_episodes`) become a batch with a step table
+(:func:`grove.experience.trajectory_batch.trajectories_to_batch`); reference log-probs and advantages follow
+as for completions (:mod:`grove.pipeline.collect`).
+
+Dynamic GiGPO (``algorithm.dynamic_sampling``): groups whose episode returns are all equal carry no
+episode-level signal; they are dropped and further rounds of groups are played until
+``prompts_per_step`` informative groups exist or ``max_rounds`` is reached (then the last round's
+uninformative groups fill the gap, as for completions). Evaluation plays one greedy episode per held-out
+task and reports the success rate with a 95% Wilson interval and the mean number of turns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import torch
+
+from grove.batch import RolloutBatch
+from grove.core.shaping import informative_groups
+from grove.envs import build_environment
+from grove.evaluation.evaluate import EvalResult
+from grove.evaluation.stats import AccuracyReport
+from grove.experience.completions import rollout_sampling
+from grove.experience.conversation import ConversationPrompter
+from grove.experience.episode_metrics import anchor_metrics, episode_metrics, mask_coverage, rollout_timing
+from grove.experience.episodes import EpisodeRun, Prompter, Trajectory, run_episodes
+from grove.experience.per_step_prompts import PerStepPrompter
+from grove.experience.source import SourceContext, StepExperience
+from grove.experience.task_sampler import TaskSampler
+from grove.experience.trajectory_batch import trajectories_to_batch
+from grove.infra.precision import autocast
+from grove.pipeline.collect import add_reference, with_advantages
+from grove.registry import ACTION_PARSERS, EXPERIENCE_SOURCES
+
+__all__ = ["EnvironmentSource"]
+
+
+class EnvironmentSource:
+    """Episodes of ``cfg.env`` → batch with step table → advantages."""
+
+    def __init__(self, ctx: SourceContext) -> None:
+        cfg = ctx.cfg
+        if cfg.env is None:
+            raise ValueError("experience_source: environment needs an `env` section")
+        self.ctx = ctx
+        self.env_cfg = cfg.env
+        self.suite = build_environment(cfg.env.id, cfg.env.params)
+        parser = ACTION_PARSERS.get(cfg.env.action_parser.id)
+        parser_params = cfg.env.action_parser.validated(ACTION_PARSERS)
+        self.parse = lambda text, obs: parser(text, obs, parser_params)
+        self.sampling = rollout_sampling(cfg)
+        self.sampler = TaskSampler(len(self.suite.train_tasks), cfg.seed)
+        self.groups = cfg.train.prompts_per_step
+        self.group_size = cfg.train.completions_per_prompt
+        a = cfg.algorithm
+        self.max_rounds = a.dynamic_sampling.max_rounds if a.dynamic_sampling.enabled else 1
+
+    # ------------------------------------------------------------------ prompts
+    def _prompter(self, max_new_tokens: int) -> Prompter:
+        e, cfg = self.env_cfg, self.ctx.cfg
+        instructions = self.suite.instructions
+        if cfg.rollout.system_prompt:
+            instructions = f"{cfg.rollout.system_prompt}\n\n{instructions}"
+        if e.prompt == "conversation":
+            return ConversationPrompter(
+                self.ctx.tokenizer,
+                instructions,
+                show_admissible=e.show_admissible_actions,
+                max_context_tokens=e.max_context_tokens,
+                max_new_tokens=max_new_tokens,
+            )
+        return PerStepPrompter(
+            self.ctx.tokenizer,
+            instructions,
+            history=e.history,
+            show_admissible=e.show_admissible_actions,
+            max_turns=e.max_turns,
+            use_chat_template=cfg.rollout.use_chat_template,
+        )
+
+    def _play(
+        self, starts: list[tuple[int, int]], group_size: int, sampling, generator: torch.Generator | None = None
+    ) -> EpisodeRun:
+        return run_episodes(
+            self.ctx.engine,
+            self.suite.make,
+            starts,
+            group_size,
+            lambda: self._prompter(sampling.max_new_tokens),
+            self.parse,
+            sampling,
+            generator if generator is not None else self.ctx.generator,
+            max_turns=self.env_cfg.max_turns,
+            invalid_penalty=self.env_cfg.invalid_action_penalty,
+            env_name=self.suite.name,
+        )
+
+    def _draw_starts(self) -> list[tuple[int, int]]:
+        tasks = [self.suite.train_tasks[i] for i in self.sampler.next(self.groups)]
+        seeds = torch.randint(0, 2**31 - 1, (self.groups,), generator=self.ctx.generator).tolist()
+        return list(zip(tasks, seeds, strict=True))
+
+    # ------------------------------------------------------------------ one step
+    def collect(self, step: int) -> StepExperience:
+        kept: list[Trajectory] = []
+        kept_groups, rounds, filled = 0, 0, 0
+        runs: list[EpisodeRun] = []
+        last: list[Trajectory] = []
+        while rounds < self.max_rounds and kept_groups < self.groups:
+            run = self._play(self._draw_starts(), self.group_size, self.sampling)
+            for traj in run.trajectories:
+                traj.group += rounds * self.groups
+            runs.append(run)
+            rounds += 1
+            last = run.trajectories
+            if self.max_rounds == 1:
+                kept, kept_groups = last, self.groups
+                break
+            informative = _informative(last)
+            kept.extend(t for t, keep in zip(last, informative, strict=True) if keep)
+            kept_groups = len({t.group for t in kept})
+        if kept_groups < self.groups:  # out of rounds: top up with the last round's uninformative groups
+            rest = [t for t, keep in zip(last, _informative(last), strict=True) if not keep]
+            fill = sorted({t.group for t in rest})[: self.groups - kept_groups]
+            filled = len(fill)
+            kept.extend(t for t in rest if t.group in set(fill))
+        kept = [t for t in _renumber_groups(kept) if t.group < self.groups]
+
+        batch, scores = trajectories_to_batch(
+            kept,
+            self.group_size,
+            pad_token_id=self.ctx.engine.pad_token_id,
+            anchor_similarity=self.env_cfg.anchor_similarity,
+        )
+        stats: dict[str, float] = {}
+        batch, scores = add_reference(batch, scores, self.ctx.reference, self.ctx.kl_in_reward(), stats)
+        batch, scores = with_advantages(batch, scores, self.ctx.advantage_fn, self.ctx.advantage_params, stats)
+        stats.update(self._stats(kept, runs, batch, rounds, filled))
+        keep = self.ctx.cfg.logging.samples_per_step
+        samples = [t.record() for t in kept[:keep]]
+        return StepExperience(
+            batch,
+            scores,
+            sum(r.generation_seconds for r in runs),
+            sum(r.generated_tokens for r in runs),
+            stats,
+            samples,
+        )
+
+    def _stats(
+        self, kept: list[Trajectory], runs: list[EpisodeRun], batch: RolloutBatch, rounds: int, filled: int
+    ) -> dict[str, float]:
+        stats = episode_metrics(kept)
+        stats.update(anchor_metrics(batch))
+        stats.update(mask_coverage(batch))
+        merged = EpisodeRun(
+            [],
+            sum(r.generation_seconds for r in runs),
+            sum(r.environment_seconds for r in runs),
+            sum(r.generated_tokens for r in runs),
+            sum(r.environment_steps for r in runs),
+            sum(r.errors for r in runs),
+        )
+        stats.update(rollout_timing(merged))
+        steps = max(batch.steps.num_steps, 1)
+        stats["forward_tokens_per_env_step"] = float(batch.prompt_mask.sum() + batch.response_mask.sum()) / steps
+        stats["samples_per_episode"] = batch.num_samples / max(len({t.group * 10**6 + t.slot for t in kept}), 1)
+        if self.max_rounds > 1:
+            stats["dynamic_sampling_rounds"] = float(rounds)
+            stats["dynamic_sampling_filled_groups"] = float(filled)
+        return stats
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> EvalResult:
+        cfg = self.ctx.cfg
+        start = time.perf_counter()
+        tasks = list(self.suite.eval_tasks)[: cfg.eval.max_examples]
+        sampling = dataclasses.replace(
+            self.sampling, temperature=0.0, top_k=0, top_p=1.0, max_new_tokens=cfg.eval.max_new_tokens or self.sampling.max_new_tokens
+        )
+        trajectories: list[Trajectory] = []
+        tokens = 0
+        with autocast(cfg.train.precision):
+            for first in range(0, len(tasks), cfg.eval.batch_size):
+                chunk = tasks[first : first + cfg.eval.batch_size]
+                # held-out task t is played with seed t; greedy decoding, a generator of its own
+                run = self._play([(t, t) for t in chunk], 1, sampling, torch.Generator().manual_seed(0))
+                trajectories.extend(run.trajectories)
+                tokens += run.generated_tokens
+        report = AccuracyReport.from_scores([1.0 if t.won else 0.0 for t in trajectories])
+        m = episode_metrics(trajectories)
+        extra = {
+            "success_rate": report.accuracy,
+            "mean_turns": m["turns_per_episode"],
+            "mean_return": m["episode_return_mean"],
+            "invalid_action_rate": m["invalid_action_rate"],
+        }
+        return EvalResult(
+            report=report,
+            samples=[t.record() for t in trajectories],
+            seconds=time.perf_counter() - start,
+            mean_length=tokens / max(len(trajectories), 1),
+            extra=extra,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state)
+
+
+def _informative(trajectories: list[Trajectory]) -> list[bool]:
+    """Per trajectory: its group's episode returns are not all equal."""
+    if not trajectories:
+        return []
+    returns = torch.tensor([t.episode_return for t in trajectories], dtype=torch.float64)
+    groups = torch.tensor([t.group for t in trajectories])
+    return informative_groups(returns, groups).tolist()
+
+
+def _renumber_groups(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """Groups numbered 0.. in order of appearance (kept groups of several rounds form one step)."""
+    order: dict[int, int] = {}
+    for t in trajectories:
+        t.group = order.setdefault(t.group, len(order))
+    return trajectories
+
+
+EXPERIENCE_SOURCES.register(
+    "environment", summary="Multi-turn: G episodes per task of `env`, one batched generate per turn."
+)(EnvironmentSource)
+

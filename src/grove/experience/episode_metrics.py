@@ -1,0 +1,66 @@
+"""Per-step metrics of agent experience: episodes, actions, anchor groups, timing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from grove.batch import RolloutBatch
+from grove.experience.episodes import EpisodeRun, Trajectory
+
+__all__ = ["ANCHOR_SIZE_BINS", "anchor_metrics", "episode_metrics", "mask_coverage", "rollout_timing"]
+
+#: upper edges of the anchor-group size histogram bins (the last bin is open)
+ANCHOR_SIZE_BINS = (1, 2, 4, 8)
+
+
+def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    n = max(len(trajectories), 1)
+    turns = [len(t.turns) for t in trajectories]
+    actions = [turn for t in trajectories for turn in t.turns]
+    return {
+        "success_rate": sum(t.won for t in trajectories) / n,
+        "episode_return_mean": sum(t.episode_return for t in trajectories) / n,
+        "turns_per_episode": sum(turns) / n,
+        "turns_per_episode_max": float(max(turns, default=0)),
+        "invalid_action_rate": sum(not a.parsed.valid for a in actions) / max(len(actions), 1),
+        "episodes": float(len(trajectories)),
+        "episodes_truncated_fraction": sum(t.truncated for t in trajectories) / n,
+        "context_overflow_fraction": sum(t.context_overflow for t in trajectories) / n,
+    }
+
+
+def anchor_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """Anchor groups: how many, their mean size, a size histogram, and the fraction of steps that share a state."""
+    anchor = batch.steps.anchor
+    if anchor.numel() == 0:
+        return {}
+    _, sizes = torch.unique(anchor, return_counts=True)
+    metrics = {
+        "anchor_groups": float(len(sizes)),
+        "anchor_group_size_mean": float(sizes.float().mean()),
+        "anchor_steps_in_shared_groups": float(sizes[sizes > 1].sum()) / anchor.numel(),
+    }
+    low = 0
+    for high in ANCHOR_SIZE_BINS:
+        label = f"{low + 1}" if high == low + 1 else f"{low + 1}-{high}"
+        metrics[f"anchor_group_size_hist/{label}"] = float(((sizes > low) & (sizes <= high)).sum())
+        low = high
+    metrics[f"anchor_group_size_hist/{low + 1}+"] = float((sizes > low).sum())
+    return metrics
+
+
+def rollout_timing(run: EpisodeRun) -> dict[str, float]:
+    return {
+        "generation_seconds": run.generation_seconds,
+        "environment_seconds": run.environment_seconds,
+        "environment_steps_per_second": run.environment_steps / max(run.environment_seconds, 1e-9),
+        "environment_errors": float(run.errors),
+    }
+
+
+def mask_coverage(batch: RolloutBatch) -> dict[str, float]:
+    """Fraction of the response tokens the forward sees that are in the loss (the rest are environment tokens)."""
+    seen = float(batch.response_mask.sum())
+    return {"loss_mask_coverage": float(batch.loss_mask.sum()) / max(seen, 1.0)}
