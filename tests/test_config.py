@@ -159,3 +159,9 @@ def test_every_preset_validates():
 
     for name in PRESETS:
         assert load_config(None, [f"algorithm.preset={name}"]).algorithm.preset == name
+
+
+@pytest.mark.parametrize("name", ["frozenlake_gigpo", "textworld_gigpo"])
+def test_agent_examples_load(name):
+    cfg = load_config(f"examples/{name}.yaml")
+    assert cfg.source_id == "environment" and cfg.algorithm.advantage.id == "gigpo"

@@ -67,6 +67,14 @@ def test_every_reward_and_task_is_documented():
         assert f"`{id}`" in text, id
 
 
+def test_every_environment_and_action_parser_is_documented():
+    from grove.registry import ACTION_PARSERS, ENVIRONMENTS
+
+    text = (DOCS / "environments.md").read_text()
+    for id in ENVIRONMENTS.ids() + ACTION_PARSERS.ids():
+        assert f"`{id}`" in text, id
+
+
 def _keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     out = []
     for name, field in model.model_fields.items():

@@ -104,3 +104,17 @@ def test_raw_takes_the_first_non_empty_line():
 def test_normalize_action():
     assert normalize_action("  `Go  North.` ") == "go north"
     assert normalize_action("[up]") == "up"
+
+
+def test_first_mention_takes_the_earliest_admissible_action_or_number():
+    from grove.envs.actions import MentionParams, first_mention_action
+
+    obs = Observation("grid", 0, ("left", "down", "right", "up"))
+    p = MentionParams()
+    assert first_mention_action("I would go Right, then up", obs, p).action == "right"
+    assert first_mention_action("Answer:\n2\n3", obs, p).action == "down"
+    assert first_mention_action("<action>up</action> but left", obs, p).action == "up"
+    assert first_mention_action("go 9 steps", obs, p).valid is False  # 9 is not a listed number
+    assert first_mention_action("upright", obs, p).valid is False  # whole words only
+    assert first_mention_action("2 left", obs, MentionParams(allow_number=False)).action == "left"
+    assert first_mention_action("left", Observation("x", 0, None), p).valid is False

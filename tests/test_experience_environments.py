@@ -188,3 +188,24 @@ def test_random_policy_rollouts_are_token_exact_on_every_builtin_environment(pol
     with torch.no_grad():
         logprobs, _ = response_logprobs(model, batch, "packed")
     assert float(((logprobs - batch.old_logprobs).abs() * batch.loss_mask).max()) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"algorithm.policy_loss": "{id: gspo}", "algorithm.aggregation": "seq_mean_token_mean",
+         "algorithm.kl": "{coef: 0.05, estimator: low_var_k3}"},
+        {"selection": "{samples: {ratio: 0.75}, tokens: {ratio: 0.5, scope: sequence}}",
+         "env.prompt": "conversation", "env.anchor_similarity": 0.8},
+        {"algorithm.advantage": "{id: step_discounted_return}", "train.ppo_epochs": 2, "train.mini_batches": 2,
+         "train.old_logprobs": "recompute", "algorithm.rollout_correction": "{mode: truncate}"},
+        {"algorithm.advantage": "{id: rloo}", "algorithm.kl": "{coef: 0.02, placement: reward}"},
+    ],
+    ids=["gspo-seqmean-kl", "d3s-conversation-similarity", "step-return-offpolicy-tis", "rloo-kl-in-reward"],
+)
+def test_agent_experience_composes_with_losses_selection_and_kl(tiny_model, tmp_path, extra):
+    out = tmp_path / "run"
+    result = run_cli(["train", *env_args(tiny_model, out, **{"train.steps": 2, "checkpoint.every": 2, **extra})])
+    assert result.exit_code == 0, result.output
+    rows = metric_rows(out)
+    assert len(rows) == 2 and all(r["loss"] == r["loss"] for r in rows)  # finite

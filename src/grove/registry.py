@@ -124,3 +124,36 @@ REWARD_FUNCTIONS: Registry = Registry("reward function")
 ENVIRONMENTS: Registry = Registry("environment")
 ACTION_PARSERS: Registry = Registry("action parser")
 EXPERIENCE_SOURCES: Registry = Registry("experience source")
+
+
+def import_callable(path: str, what: str, error: type[Exception] = ValueError) -> Callable[..., Any]:
+    """The callable at ``"package.module:attr"`` (``attr`` may be dotted), for user components given by import
+    path (rewards, environments). Failures raise ``error`` with a message naming ``what`` (e.g. ``"reward"``)
+    and the path: malformed path, module not importable (with the working directory), module raising on
+    import, missing attribute, not callable."""
+    import importlib
+    import os
+
+    module_name, _, attr_path = path.partition(":")
+    if not module_name or not attr_path:
+        raise error(f"{what} import path {path!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise error(
+                f"cannot import module {module_name!r} for {what} {path!r}: {e}. The module must be "
+                f"importable (installed, or on PYTHONPATH; current directory: {os.getcwd()})"
+            ) from e
+        raise error(f"importing module {module_name!r} for {what} {path!r} failed: {e}") from e
+    except Exception as e:
+        raise error(f"importing module {module_name!r} for {what} {path!r} failed: {type(e).__name__}: {e}") from e
+    obj: Any = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise error(f"module {module_name!r} has no attribute {attr_path!r} ({what} {path!r})") from None
+    if not callable(obj):
+        raise error(f"{what} {path!r} is not callable (got {type(obj).__name__})")
+    return obj

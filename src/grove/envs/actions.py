@@ -214,3 +214,47 @@ def raw_action(text: str, observation: Observation, params: BaseModel) -> Parsed
     """The first non-empty line of the answer, stripped; valid when non-empty (the environment judges it)."""
     line = _first_line(text)
     return ParsedAction(line, True) if line else ParsedAction(None, False, "empty answer")
+
+
+class MentionParams(BaseModel):
+    """Parameters of the ``first_mention`` action parser."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allow_number: bool = Field(True, description="A standalone number k counts as a mention of the k-th listed action.")
+
+
+def _mentions(text: str, admissible: tuple[str, ...], allow_number: bool) -> list[tuple[int, str]]:
+    """``(position, action)`` of every admissible action (whole words, case-insensitive) and listed number."""
+    found = []
+    for action in admissible:
+        for m in re.finditer(rf"(?<![\w-]){re.escape(action)}(?![\w-])", text, flags=re.IGNORECASE):
+            found.append((m.start(), action))
+    if allow_number:
+        for m in re.finditer(r"(?<![\w.])(\d{1,3})(?![\w])", text):
+            k = int(m.group(1))
+            if 1 <= k <= len(admissible):
+                found.append((m.start(), admissible[k - 1]))
+    return sorted(found)
+
+
+@ACTION_PARSERS.register(
+    "first_mention",
+    params=MentionParams,
+    summary="The admissible action (or its listed number) mentioned first anywhere in the answer",
+)
+def first_mention_action(text: str, observation: Observation, params: MentionParams) -> ParsedAction:
+    """The earliest admissible action named in the text (whole words) or picked by its listed number.
+
+    The most lenient parser, for small models that answer in prose ("I would go right"); invalid when the
+    text names no admissible action or there are none. Inside an ``<action>`` tag the tag wins.
+    """
+    admissible = observation.admissible_actions or ()
+    if not admissible:
+        return ParsedAction(None, False, "the environment lists no admissible actions")
+    tagged = _last_tag(text, "action")
+    scope = tagged[0] if tagged is not None else text
+    found = _mentions(scope, admissible, params.allow_number)
+    if not found:
+        return ParsedAction(None, False, f"no admissible action named in {_preview(text)!r}")
+    return ParsedAction(found[0][1], True)

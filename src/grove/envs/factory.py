@@ -14,7 +14,6 @@ Bad parameters raise ``ValueError`` naming the offending fields and the paramete
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 import typing
 from collections.abc import Callable, Mapping
@@ -23,28 +22,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from grove.envs.base import EnvironmentSuite
-from grove.registry import ENVIRONMENTS
+from grove.registry import ENVIRONMENTS, import_callable
 
 __all__ = ["build_environment", "import_factory"]
 
 
 def import_factory(path: str) -> Callable[..., Any]:
     """The callable at ``"package.module:attr"`` (``attr`` may be dotted); ``ValueError`` when it is not there."""
-    module_name, _, attr_path = path.partition(":")
-    if not module_name or not attr_path:
-        raise ValueError(f"environment path {path!r} must look like 'package.module:factory'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"cannot import module {module_name!r} for environment {path!r}: {e}") from e
-    obj: Any = module
-    for part in attr_path.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"module {module_name!r} has no attribute {attr_path!r} (environment {path!r})")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"environment factory {path!r} is not callable (got {type(obj).__name__})")
-    return obj
+    return import_callable(path, "environment")
 
 
 def _params_model(fn: Callable[..., Any]) -> type[BaseModel] | None:

@@ -17,10 +17,8 @@ User reward contract
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +26,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ValidationError
 
-from grove.registry import REWARD_FUNCTIONS
+from grove.registry import REWARD_FUNCTIONS, import_callable
 
 RewardFn = Callable[..., Sequence[float | None]]
 
@@ -74,33 +72,7 @@ def bind_reward(id: str, params: Mapping[str, Any] | BaseModel | None = None) ->
 
 
 def _import_callable(path: str) -> Callable[..., Any]:
-    module_name, _, attr_path = path.partition(":")
-    if not module_name or not attr_path:
-        raise RewardLoadError(f"reward import path {path!r} must look like 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
-            raise RewardLoadError(
-                f"cannot import module {module_name!r} for reward {path!r}: {e}. The module must be "
-                f"importable (installed, or on PYTHONPATH; current directory: {os.getcwd()})"
-            ) from e
-        raise RewardLoadError(f"importing module {module_name!r} for reward {path!r} failed: {e}") from e
-    except Exception as e:
-        raise RewardLoadError(
-            f"importing module {module_name!r} for reward {path!r} failed: {type(e).__name__}: {e}"
-        ) from e
-    obj: Any = module
-    for part in attr_path.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise RewardLoadError(
-                f"module {module_name!r} has no attribute {attr_path!r} (reward {path!r})"
-            ) from None
-    if not callable(obj):
-        raise RewardLoadError(f"reward {path!r} is not callable (got {type(obj).__name__})")
-    return obj
+    return import_callable(path, "reward", RewardLoadError)
 
 
 def resolve_reward(

@@ -1,0 +1,182 @@
+"""GRPO on trajectories vs GiGPO: same seeds, same budget, success rate vs steps and vs wall-clock.
+
+Three sub-commands:
+
+    # the base model on the training tasks: valid-action rate, success rate, turns (sampling as in training)
+    python benchmarks/gigpo.py calibrate examples/frozenlake_gigpo.yaml --groups 8
+
+    # the comparison: for each seed, each method (alternated), one `grove train` run in its own process
+    python benchmarks/gigpo.py run examples/frozenlake_gigpo.yaml --out runs/bench-gigpo-frozenlake \\
+        --seeds 0 1 2 --methods episode_grpo gigpo --set train.steps=20
+
+    # a PNG (success rate vs step and vs seconds, mean ± range over seeds) and a Markdown table
+    python benchmarks/gigpo.py report runs/bench-gigpo-frozenlake runs/bench-gigpo-textworld \\
+        --png docs/img/gigpo.png
+
+Every run is a normal run directory (metrics.jsonl, eval.jsonl, checkpoints), so `grove plot` works on
+each. Methods are `algorithm.advantage` ids; everything else comes from the config and `--set`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float]:
+    import grove.builtin_components  # noqa: F401
+    from grove.config import load_config
+    from grove.experience import SourceContext, build_experience_source
+    from grove.experience.episode_metrics import anchor_metrics, episode_metrics
+    from grove.experience.trajectory_batch import trajectories_to_batch
+    from grove.infra.runtime import configure_runtime
+    from grove.models.pretrained import load_policy
+    from grove.registry import ADVANTAGE_ESTIMATORS
+    from grove.rollout.hf_engine import TransformersEngine
+
+    cfg = load_config(config, overrides)
+    configure_runtime(cfg.threads, cfg.host_allocator)
+    model, tokenizer = load_policy(cfg.model.name)
+    engine = TransformersEngine(model, tokenizer)
+    adv = cfg.algorithm.advantage
+    source = build_experience_source(
+        SourceContext(cfg, engine, tokenizer, torch.Generator().manual_seed(cfg.seed), ADVANTAGE_ESTIMATORS.get(adv.id),
+                      adv.validated(ADVANTAGE_ESTIMATORS), None, lambda: None)
+    )
+    start = time.perf_counter()
+    tasks = list(source.suite.train_tasks)[:groups]
+    run = source._play([(t, t) for t in tasks], cfg.train.completions_per_prompt, source.sampling)
+    batch, _ = trajectories_to_batch(run.trajectories, cfg.train.completions_per_prompt)
+    out = {**episode_metrics(run.trajectories), **anchor_metrics(batch)}
+    out["groups_with_mixed_success"] = sum(
+        len({t.won for t in run.trajectories if t.group == g}) > 1 for g in range(len(tasks))
+    ) / len(tasks)
+    out["seconds"] = time.perf_counter() - start
+    out["example_answers"] = [t.text for traj in run.trajectories[:3] for t in traj.turns[:2]]
+    return out
+
+
+def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for seed in seeds:
+        for method in methods:  # alternated, so a slow period of the machine hits both methods
+            run_dir = out / f"{method}-seed{seed}"
+            if (run_dir / "summary.json").exists():
+                print(f"skip {run_dir} (done)")
+                continue
+            args = [sys.executable, "-m", "grove.cli", "train", config, "--set", f"seed={seed}",
+                    "--set", f"algorithm.advantage={{id: {method}}}", "--set", f"output_dir={run_dir}",
+                    "--set", "logging.progress=false"]
+            for o in overrides:
+                args += ["--set", o]
+            if run_dir.exists():
+                args += ["--resume", str(run_dir)]
+            print(" ".join(args[1:]), flush=True)
+            subprocess.run(args, check=True)
+
+
+def _curves(run_dir: Path) -> tuple[list[int], list[float], list[float]]:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["step"] for r in rows], [r["success_rate"] for r in rows], [r["elapsed_seconds"] for r in rows]
+
+
+def report(dirs: list[Path], png: Path | None) -> str:
+    lines = [
+        "| task | method | seeds | success, first 5 steps | success, last 5 steps | held-out before → after | "
+        "s/step (median) | turns/episode (last 5) | invalid (last 5) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    panels = []
+    for d in dirs:
+        runs: dict[str, list[Path]] = {}
+        for r in sorted(d.glob("*-seed*")):
+            if (r / "metrics.jsonl").exists():
+                runs.setdefault(r.name.rsplit("-seed", 1)[0], []).append(r)
+        panels.append((d.name, runs))
+        for method, rs in runs.items():
+            firsts, lasts, before, after, secs, turns, invalid = [], [], [], [], [], [], []
+            for r in rs:
+                rows = [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines()]
+                firsts.append(statistics.mean(x["success_rate"] for x in rows[:5]))
+                lasts.append(statistics.mean(x["success_rate"] for x in rows[-5:]))
+                turns.append(statistics.mean(x["turns_per_episode"] for x in rows[-5:]))
+                invalid.append(statistics.mean(x["invalid_action_rate"] for x in rows[-5:]))
+                secs.append(statistics.median(x["step_seconds"] for x in rows))
+                evals = [json.loads(x) for x in (r / "eval.jsonl").read_text().splitlines()]
+                before.append(evals[0]["accuracy"])
+                after.append(evals[-1]["accuracy"])
+
+            def pct(xs):
+                return f"{100 * statistics.mean(xs):.1f}% ({', '.join(f'{100 * x:.0f}' for x in xs)})"
+
+            lines.append(
+                f"| {d.name} | {method} | {len(rs)} | {pct(firsts)} | {pct(lasts)} | "
+                f"{100 * statistics.mean(before):.1f}% → {100 * statistics.mean(after):.1f}% | "
+                f"{statistics.median(secs):.1f} | {statistics.mean(turns):.2f} | {statistics.mean(invalid):.2f} |"
+            )
+    if png is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)), squeeze=False)
+        for (name, runs), (ax_step, ax_time) in zip(panels, axes, strict=True):
+            for method, rs in runs.items():
+                curves = [_curves(r) for r in rs]
+                n = min(len(c[0]) for c in curves)
+                steps = curves[0][0][:n]
+                mean = [statistics.mean(c[1][i] for c in curves) for i in range(n)]
+                lo = [min(c[1][i] for c in curves) for i in range(n)]
+                hi = [max(c[1][i] for c in curves) for i in range(n)]
+                secs = [statistics.mean(c[2][i] for c in curves) for i in range(n)]
+                line = ax_step.plot(steps, mean, label=f"{method} (mean of {len(rs)} seeds)")[0]
+                ax_step.fill_between(steps, lo, hi, alpha=0.2, color=line.get_color())
+                ax_time.plot(secs, mean, color=line.get_color(), label=method)
+            ax_step.set_title(f"{name}: training success rate vs step (band: min-max over seeds)")
+            ax_step.set_xlabel("step")
+            ax_time.set_title(f"{name}: vs wall-clock")
+            ax_time.set_xlabel("seconds")
+            for ax in (ax_step, ax_time):
+                ax.set_ylabel("success rate")
+                ax.legend(fontsize=8)
+        fig.tight_layout()
+        png.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(png, dpi=90)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("calibrate")
+    c.add_argument("config")
+    c.add_argument("--groups", type=int, default=8)
+    c.add_argument("--set", dest="overrides", action="append", default=[])
+    r = sub.add_parser("run")
+    r.add_argument("config")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    r.add_argument("--methods", nargs="+", default=["episode_grpo", "gigpo"])
+    r.add_argument("--set", dest="overrides", action="append", default=[])
+    p = sub.add_parser("report")
+    p.add_argument("dirs", type=Path, nargs="+")
+    p.add_argument("--png", type=Path)
+    args = parser.parse_args()
+    if args.command == "calibrate":
+        print(json.dumps(calibrate(args.config, args.overrides, args.groups), indent=2))
+    elif args.command == "run":
+        run(args.config, args.out, args.seeds, args.methods, args.overrides)
+    else:
+        print(report(args.dirs, args.png))
+
+
+if __name__ == "__main__":
+    main()
