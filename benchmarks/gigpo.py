@@ -58,6 +58,11 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float
     out["groups_with_mixed_success"] = sum(
         len({t.won for t in run.trajectories if t.group == g}) > 1 for g in range(len(tasks))
     ) / len(tasks)
+    out["forward_tokens_per_env_step"] = float(batch.prompt_mask.sum() + batch.response_mask.sum()) / max(
+        batch.steps.num_steps, 1
+    )
+    out["generation_seconds"] = run.generation_seconds
+    out["environment_seconds"] = run.environment_seconds
     out["seconds"] = time.perf_counter() - start
     out["example_answers"] = [t.text for traj in run.trajectories[:3] for t in traj.turns[:2]]
     return out

@@ -33,3 +33,39 @@ def test_update_speed_benchmark_runs_on_a_tiny_model(tmp_path, monkeypatch, caps
     runpy.run_path(str(BENCHMARKS / "update_speed.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "| packed-fp32 |" in out and "| padded-fp32 |" in out
+
+
+def test_gigpo_benchmark_calibrate_and_report_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/gigpo.py: calibrate plays episodes; report tabulates and plots run directories."""
+    import json
+
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "model", seed=0)
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"model: {{name: {model}}}\nthreads: 1\n"
+        "env: {id: 'tests.agent_envs:corridor', max_turns: 3, action_parser: {id: raw}}\n"
+        "rollout: {max_new_tokens: 4}\ntrain: {prompts_per_step: 2, completions_per_prompt: 2}\n"
+        "algorithm: {advantage: {id: gigpo}}\n"
+    )
+    monkeypatch.setattr(sys, "argv", ["gigpo.py", "calibrate", str(config), "--groups", "2"])
+    runpy.run_path(str(BENCHMARKS / "gigpo.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    calibration = json.loads(printed[printed.index("{") :])
+    assert {"success_rate", "invalid_action_rate", "forward_tokens_per_env_step"} <= set(calibration)
+    assert calibration["episodes"] == 4
+    # a fake finished comparison: two methods, one seed each
+    for method in ("episode_grpo", "gigpo"):
+        run = tmp_path / "bench" / f"{method}-seed0"
+        run.mkdir(parents=True)
+        rows = [{"step": s, "success_rate": 0.1 * s, "turns_per_episode": 3, "invalid_action_rate": 0.5,
+                 "step_seconds": 2.0, "elapsed_seconds": 2.0 * s} for s in (1, 2, 3)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (run / "eval.jsonl").write_text(json.dumps({"step": 0, "accuracy": 0.0}) + "\n"
+                                        + json.dumps({"step": 3, "accuracy": 0.5}) + "\n")
+    png = tmp_path / "g.png"
+    monkeypatch.setattr(sys, "argv", ["gigpo.py", "report", str(tmp_path / "bench"), "--png", str(png)])
+    runpy.run_path(str(BENCHMARKS / "gigpo.py"), run_name="__main__")
+    text = capsys.readouterr().out
+    assert "| bench | gigpo | 1 |" in text and png.stat().st_size > 0

@@ -183,6 +183,10 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
     from grove.rollout.engine import encode_prompts
     from grove.tasks.task import build_task
 
+    if cfg.source_id == "environment":
+        console.print("memory plan: not available for environment episodes (their sample count and lengths vary "
+                      "from step to step); it covers single-turn completions")
+        return
     path = resolve_model_path(cfg.model.name)
     tokenizer = _tokenizer(path)
     examples = list(build_task(cfg.task).train)[:256]

@@ -83,6 +83,16 @@ class GroveConfig(Section):
         """The reward whose value 1.0 means 'correct': ``eval.accuracy_reward``, or the first reward."""
         return self.eval.accuracy_reward or self.rewards[0].display_name
 
-    def derived(self) -> dict[str, int]:
+    def derived(self) -> dict[str, int | str]:
         """The batch quantities the configuration implies (:func:`grove.config.derived.batch_quantities`)."""
-        return batch_quantities(self.train)
+        quantities = batch_quantities(self.train)
+        if self.source_id == "environment":  # episodes: G copies per env group, one or many samples each
+            quantities = {
+                "env_groups_per_step": self.train.prompts_per_step,
+                "episodes_per_step (G per group)": self.train.completions_per_step,
+                "samples_per_step": "variable: one per turn (per_step) or per episode (conversation)",
+                "max_turns_per_episode": self.env.max_turns,
+                "optimizer_steps_per_rollout": self.train.mini_batches * self.train.ppo_epochs,
+                "total_optimizer_steps": self.train.mini_batches * self.train.ppo_epochs * self.train.steps,
+            }
+        return quantities

@@ -171,7 +171,7 @@ class EnvironmentSource:
         stats.update(rollout_timing(merged))
         steps = max(batch.steps.num_steps, 1)
         stats["forward_tokens_per_env_step"] = float(batch.prompt_mask.sum() + batch.response_mask.sum()) / steps
-        stats["samples_per_episode"] = batch.num_samples / max(len({t.group * 10**6 + t.slot for t in kept}), 1)
+        stats["samples_per_episode"] = batch.num_samples / max(sum(1 for t in kept if t.samples), 1)
         if self.max_rounds > 1:
             stats["dynamic_sampling_rounds"] = float(rounds)
             stats["dynamic_sampling_filled_groups"] = float(filled)
