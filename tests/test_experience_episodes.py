@@ -109,13 +109,19 @@ def _turn(ids, observation):
     return Turn(observation, list(ids), [-0.5] * len(ids), "", ParsedAction("right", True), 0.0, 0.0, False, "eos")
 
 
-def test_conversation_appends_the_separator_and_the_next_message_as_environment_tokens(policy):
-    _, tokenizer = policy
+def _started_conversation(tokenizer):
+    """A corridor copy reset to task 0 and a conversation prompter that has seen its first observation."""
     suite = corridor({})
     env = suite.make()
     first = env.reset(0, 0)
     prompter = prompter_factory("conversation", tokenizer, suite)()
     prompter.begin(first)
+    return env, first, prompter
+
+
+def test_conversation_appends_the_separator_and_the_next_message_as_environment_tokens(policy):
+    tokenizer = policy[1]
+    env, first, prompter = _started_conversation(tokenizer)
     prompt = list(prompter.context())
     eos = tokenizer.eos_token_id
     newline = tokenizer("\n", add_special_tokens=False)["input_ids"]
@@ -143,12 +149,8 @@ def test_conversation_appends_the_separator_and_the_next_message_as_environment_
 
 
 def test_conversation_starts_a_new_sample_when_the_rendering_would_not_extend_the_tokens(policy):
-    _, tokenizer = policy
-    suite = corridor({})
-    env = suite.make()
-    first = env.reset(0, 0)
-    prompter = prompter_factory("conversation", tokenizer, suite)()
-    prompter.begin(first)
+    tokenizer = policy[1]
+    env, first, prompter = _started_conversation(tokenizer)
     canonical = tokenizer("right now", add_special_tokens=False)["input_ids"]
     # the same text, sampled as single characters: a tokenisation the tokenizer would never produce
     odd = [tokenizer(c, add_special_tokens=False)["input_ids"][0] for c in "right now"]
