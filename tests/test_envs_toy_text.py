@@ -212,7 +212,7 @@ def test_every_environment_is_registered_with_documented_params():
 
 def test_build_environment_by_id_validates_params():
     with pytest.raises(ValueError, match=r"size: .*Parameters it takes: size"):
-        build_environment("frozenlake", {"size": 5})
+        build_environment("frozenlake", {"size": 13})
     with pytest.raises(ValueError, match="maps_typo"):
         build_environment("frozenlake", {"maps_typo": "random"})
     with pytest.raises(ValueError, match="Did you mean 'sokoban'"):
@@ -235,3 +235,14 @@ def test_build_environment_by_import_path():
         build_environment(f"{__name__}:missing", {})
     with pytest.raises(ValueError, match="not an EnvironmentSuite"):
         build_environment(f"{__name__}:not_a_suite", {})
+
+
+def test_frozenlake_random_maps_of_other_sizes_and_fixed_sizes_checked():
+    from grove.envs import build_environment
+
+    suite = build_environment("frozenlake", {"size": 3, "maps": "random", "num_train_tasks": 20, "num_eval_tasks": 5})
+    env = suite.make()
+    obs = env.reset(suite.train_tasks[0], 0)
+    assert obs.anchor == 0 and obs.text.count("\n") >= 3
+    with pytest.raises(ValueError, match="fixed maps"):
+        build_environment("frozenlake", {"size": 3})

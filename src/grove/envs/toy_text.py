@@ -146,7 +146,9 @@ class FrozenLakeParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    size: Literal[4, 8] = Field(4, description="Side of the square lake: 4 or 8.")
+    size: int = Field(
+        4, ge=2, le=12, description="Side of the square lake: 4 or 8 for the fixed maps; 2..12 for random maps."
+    )
     slippery: bool = Field(
         False, description="Gymnasium's slippery ice: the move goes sideways with probability 2/3."
     )
@@ -164,6 +166,13 @@ class FrozenLakeParams(BaseModel):
         description="Held-out task ids from 100000 up; with maps='random', ids whose map equals a training map "
         "are skipped.",
     )
+
+
+    @model_validator(mode="after")
+    def _fixed_maps_exist(self) -> FrozenLakeParams:
+        if self.maps == "fixed" and self.size not in (4, 8):
+            raise ValueError(f"size {self.size}: gymnasium's fixed maps are 4x4 and 8x8; use maps: random for other sizes")
+        return self
 
 
 @lru_cache(maxsize=4096)
