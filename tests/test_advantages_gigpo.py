@@ -21,6 +21,7 @@ from grove.core.advantages.common import AdvantageOutput, run_estimator
 from grove.core.advantages.gigpo import EpisodeGRPOParams, GiGPOParams, StepReturnParams
 from grove.core.advantages.group_norm import GRPOParams
 from grove.core.segments import segment_discounted_returns
+from grove.experience.episode_metrics import anchor_metrics
 from grove.registry import ADVANTAGE_ESTIMATORS
 
 EPS = 1e-6
@@ -292,12 +293,11 @@ def test_stats_and_token_scatter():
         "step_mean",
         "step_std",
         "step_nonzero_frac",
-        "anchor_group_size_mean",
-        "anchor_singleton_frac",
     }
     assert out.stats["step_nonzero_frac"] == pytest.approx(2 / 5)  # A0 and B0
-    assert out.stats["anchor_group_size_mean"] == pytest.approx(5 / 4)  # s0: 2, s1, s2, s3: 1
-    assert out.stats["anchor_singleton_frac"] == pytest.approx(3 / 4)
+    anchors = anchor_metrics(batch)  # the anchor-group sizes are the experience source's metrics
+    assert anchors["anchor_group_size_mean"] == pytest.approx(5 / 4)  # s0: 2, s1, s2, s3: 1
+    assert anchors["anchor_group_size_hist/1"] / anchors["anchor_groups"] == pytest.approx(3 / 4)
     assert out.stats["episode_mean"] == pytest.approx(0.0, abs=1e-12)  # steps statistics: centred over steps
     # environment tokens and pads are 0; every token of a step carries the step's advantage
     ts = batch.token_steps
@@ -327,7 +327,7 @@ def test_no_repeated_anchors_or_zero_weight_equals_episode_grpo():
         batch, _ = make_agent_batch(unique)
         out = run("gigpo", batch, gamma=0.9)
         torch.testing.assert_close(out.advantages, run("episode_grpo", batch).advantages, rtol=0, atol=0)
-        assert out.stats["step_nonzero_frac"] == 0.0 and out.stats["anchor_singleton_frac"] == 1.0
+        assert out.stats["step_nonzero_frac"] == 0.0 and anchor_metrics(batch)["anchor_steps_in_shared_groups"] == 0
 
 
 def test_permuting_samples_and_steps_permutes_advantages():

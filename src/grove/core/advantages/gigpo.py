@@ -81,48 +81,39 @@ _EPISODE_STATISTICS = (
 
 
 # --------------------------------------------------------------------------- parameter models
-class GiGPOParams(BaseModel):
-    """Parameters of ``gigpo``."""
+_GAMMA = "Discount of the step returns R_t = r_t + gamma R_{t+1}."
+
+
+class _NormalisationParams(BaseModel):
+    """What every estimator here shares: the normalisation mode, the penalty placement, the std convention."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    gamma: float = Field(
-        0.95, ge=0.0, le=1.0, description="Discount of the step returns R_t = r_t + gamma R_{t+1}."
-    )
+    mode: Mode = Field("mean_norm", description=_MODE + " (gigpo: applies to both levels.)")
+    penalty: Penalty = Field("after_returns", description=_PENALTY)
+    eps: float = Field(1e-6, ge=0, description="Added to the std in mean_std_norm: (x - mean) / (std + eps).")
+    unbiased_std: bool = Field(True, description="Std with the n - 1 divisor (torch.std, verl-agent).")
+
+
+class EpisodeGRPOParams(_NormalisationParams):
+    """Parameters of ``episode_grpo`` (the arguments of :func:`episode_advantages`)."""
+
+    episode_statistics: EpisodeStatistics = Field("steps", description=_EPISODE_STATISTICS)
+
+
+class StepReturnParams(_NormalisationParams):
+    """Parameters of ``step_discounted_return``."""
+
+    gamma: float = Field(0.95, ge=0.0, le=1.0, description=_GAMMA)
+
+
+class GiGPOParams(EpisodeGRPOParams):
+    """Parameters of ``gigpo``: the episode part's, plus the discount and the step part's weight."""
+
+    gamma: float = Field(0.95, ge=0.0, le=1.0, description=_GAMMA)
     step_advantage_weight: float = Field(
         1.0, description="omega in A = A_episode + omega A_step (verl-agent's step_advantage_w)."
     )
-    mode: Mode = Field("mean_norm", description=_MODE + " Applies to both levels.")
-    episode_statistics: EpisodeStatistics = Field("steps", description=_EPISODE_STATISTICS)
-    penalty: Penalty = Field("after_returns", description=_PENALTY)
-    eps: float = Field(1e-6, ge=0, description="Added to the std in mean_std_norm: (x - mean) / (std + eps).")
-    unbiased_std: bool = Field(True, description="Std with the n - 1 divisor (torch.std, verl-agent).")
-
-
-class EpisodeGRPOParams(BaseModel):
-    """Parameters of ``episode_grpo``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mode: Mode = Field("mean_norm", description=_MODE)
-    episode_statistics: EpisodeStatistics = Field("steps", description=_EPISODE_STATISTICS)
-    penalty: Penalty = Field("after_returns", description=_PENALTY)
-    eps: float = Field(1e-6, ge=0, description="Added to the std in mean_std_norm: (x - mean) / (std + eps).")
-    unbiased_std: bool = Field(True, description="Std with the n - 1 divisor (torch.std, verl-agent).")
-
-
-class StepReturnParams(BaseModel):
-    """Parameters of ``step_discounted_return``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    gamma: float = Field(
-        0.95, ge=0.0, le=1.0, description="Discount of the step returns R_t = r_t + gamma R_{t+1}."
-    )
-    mode: Mode = Field("mean_norm", description=_MODE)
-    penalty: Penalty = Field("after_returns", description=_PENALTY)
-    eps: float = Field(1e-6, ge=0, description="Added to the std in mean_std_norm: (x - mean) / (std + eps).")
-    unbiased_std: bool = Field(True, description="Std with the n - 1 divisor (torch.std, verl-agent).")
 
 
 # --------------------------------------------------------------------------- per-step quantities
@@ -281,18 +272,12 @@ def _episode_stats(a_episode: Tensor) -> dict[str, float]:
     return {"episode_mean": mean, "episode_std": std}
 
 
-def _step_stats(a_step: Tensor, steps: StepTable) -> dict[str, float]:
+def _step_stats(a_step: Tensor) -> dict[str, float]:
+    """Mean, std and non-zero fraction of the step advantages (anchor-group sizes are the experience source's
+    metrics: ``anchor_group_size_mean``, ``anchor_group_size_hist/*``, ``anchor_steps_in_shared_groups``)."""
     mean, std = _moments(a_step)
-    stats = {"step_mean": mean, "step_std": std, "step_nonzero_frac": 0.0}
-    stats.update(anchor_group_size_mean=0.0, anchor_singleton_frac=0.0)
-    if a_step.numel():
-        sizes = segment_count(*dense_index(steps.anchor)).to(torch.float64)
-        stats.update(
-            step_nonzero_frac=float((a_step != 0).to(torch.float64).mean()),
-            anchor_group_size_mean=float(sizes.mean()),
-            anchor_singleton_frac=float((sizes == 1).to(torch.float64).mean()),
-        )
-    return stats
+    nonzero = float((a_step != 0).to(torch.float64).mean()) if a_step.numel() else 0.0
+    return {"step_mean": mean, "step_std": std, "step_nonzero_frac": nonzero}
 
 
 # --------------------------------------------------------------------------- estimators
@@ -312,24 +297,10 @@ def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> Advantage
     """GiGPO (Feng et al. 2025): ``A = A^E + omega A^S`` per environment step, scattered to its tokens."""
     steps = _require_steps(batch, "gigpo")
     dtype = _out_dtype(check_scores(batch, scores), steps)
-    a_episode = episode_advantages(
-        steps,
-        mode=params.mode,
-        episode_statistics=params.episode_statistics,
-        penalty=params.penalty,
-        eps=params.eps,
-        unbiased_std=params.unbiased_std,
-    )
-    a_step = step_advantages(
-        steps,
-        gamma=params.gamma,
-        mode=params.mode,
-        penalty=params.penalty,
-        eps=params.eps,
-        unbiased_std=params.unbiased_std,
-    )
+    a_episode = episode_advantages(steps, **params.model_dump(include=set(EpisodeGRPOParams.model_fields)))
+    a_step = step_advantages(steps, **params.model_dump(exclude={"episode_statistics", "step_advantage_weight"}))
     advantages = _to_tokens(batch, a_episode + params.step_advantage_weight * a_step, dtype)
-    return AdvantageOutput(advantages, {**_episode_stats(a_episode), **_step_stats(a_step, steps)})
+    return AdvantageOutput(advantages, {**_episode_stats(a_episode), **_step_stats(a_step)})
 
 
 @ADVANTAGE_ESTIMATORS.register(
