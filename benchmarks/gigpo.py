@@ -52,7 +52,7 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float
     )
     start = time.perf_counter()
     tasks = list(source.suite.train_tasks)[:groups]
-    run = source._play([(t, t) for t in tasks], cfg.train.completions_per_prompt, source.sampling)
+    run = source.play([(t, t) for t in tasks], cfg.train.completions_per_prompt, source.sampling)
     batch, _ = trajectories_to_batch(run.trajectories, cfg.train.completions_per_prompt)
     out = {**episode_metrics(run.trajectories), **anchor_metrics(batch)}
     out["groups_with_mixed_success"] = sum(

@@ -85,9 +85,11 @@ class EnvironmentSource:
             use_chat_template=cfg.rollout.use_chat_template,
         )
 
-    def _play(
+    def play(
         self, starts: list[tuple[int, int]], group_size: int, sampling, generator: torch.Generator | None = None
     ) -> EpisodeRun:
+        """Play ``group_size`` episodes from each ``(task_id, seed)`` with this source's environment, prompts
+        and parser (training, evaluation and ``benchmarks/gigpo.py calibrate`` all come through here)."""
         return run_episodes(
             self.ctx.engine,
             self.suite.make,
@@ -114,7 +116,7 @@ class EnvironmentSource:
         runs: list[EpisodeRun] = []
         last: list[Trajectory] = []
         while rounds < self.max_rounds and kept_groups < self.groups:
-            run = self._play(self._draw_starts(), self.group_size, self.sampling)
+            run = self.play(self._draw_starts(), self.group_size, self.sampling)
             for traj in run.trajectories:
                 traj.group += rounds * self.groups
             runs.append(run)
@@ -160,15 +162,7 @@ class EnvironmentSource:
         stats = episode_metrics(kept)
         stats.update(anchor_metrics(batch))
         stats.update(mask_coverage(batch))
-        merged = EpisodeRun(
-            [],
-            sum(r.generation_seconds for r in runs),
-            sum(r.environment_seconds for r in runs),
-            sum(r.generated_tokens for r in runs),
-            sum(r.environment_steps for r in runs),
-            sum(r.errors for r in runs),
-        )
-        stats.update(rollout_timing(merged))
+        stats.update(rollout_timing(runs))
         steps = max(batch.steps.num_steps, 1)
         stats["forward_tokens_per_env_step"] = float(batch.prompt_mask.sum() + batch.response_mask.sum()) / steps
         stats["samples_per_episode"] = batch.num_samples / max(sum(1 for t in kept if t.samples), 1)
@@ -191,7 +185,7 @@ class EnvironmentSource:
             for first in range(0, len(tasks), cfg.eval.batch_size):
                 chunk = tasks[first : first + cfg.eval.batch_size]
                 # held-out task t is played with seed t; greedy decoding, a generator of its own
-                run = self._play([(t, t) for t in chunk], 1, sampling, torch.Generator().manual_seed(0))
+                run = self.play([(t, t) for t in chunk], 1, sampling, torch.Generator().manual_seed(0))
                 trajectories.extend(run.trajectories)
                 tokens += run.generated_tokens
         report = AccuracyReport.from_scores([1.0 if t.won else 0.0 for t in trajectories])

@@ -51,12 +51,14 @@ def anchor_metrics(batch: RolloutBatch) -> dict[str, float]:
     return metrics
 
 
-def rollout_timing(run: EpisodeRun) -> dict[str, float]:
+def rollout_timing(runs: Sequence[EpisodeRun]) -> dict[str, float]:
+    """Generation and environment time of a step's rounds of episodes, environment steps/s, errors."""
+    env_seconds = sum(r.environment_seconds for r in runs)
     return {
-        "generation_seconds": run.generation_seconds,
-        "environment_seconds": run.environment_seconds,
-        "environment_steps_per_second": run.environment_steps / max(run.environment_seconds, 1e-9),
-        "environment_errors": float(run.errors),
+        "generation_seconds": sum(r.generation_seconds for r in runs),
+        "environment_seconds": env_seconds,
+        "environment_steps_per_second": sum(r.environment_steps for r in runs) / max(env_seconds, 1e-9),
+        "environment_errors": float(sum(r.errors for r in runs)),
     }
 
 
