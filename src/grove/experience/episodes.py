@@ -221,13 +221,13 @@ def run_episodes(
         gen_seconds += out.seconds
         tokens += out.num_generated_tokens
         lengths = out.response_mask.sum(1).tolist()
+        all_ids, all_logprobs = out.response_ids.tolist(), out.logprobs.tolist()  # one conversion per turn
         t0 = time.perf_counter()
         still = []
         for row, k in enumerate(running):
             traj, obs = trajectories[k], observations[k]
             n = int(lengths[row])
-            ids = out.response_ids[row, :n].tolist()
-            lps = out.logprobs[row, :n].tolist()
+            ids, lps = all_ids[row][:n], all_logprobs[row][:n]
             parsed = parse(out.texts[row], obs)
             reward, done, info, nxt = 0.0, False, {}, obs
             if parsed.valid:

@@ -39,7 +39,6 @@ def trajectories_to_batch(
     trajectories: Sequence[Trajectory],
     group_size: int,
     *,
-    group_offset: int = 0,
     pad_token_id: int = 0,
     anchor_similarity: float | None = None,
 ) -> tuple[RolloutBatch, torch.Tensor]:
@@ -52,7 +51,7 @@ def trajectories_to_batch(
     for traj in trajectories:
         if not traj.samples:
             continue
-        group = group_offset + traj.group
+        group = traj.group
         trajectory_id = group * group_size + traj.slot
         step_of_turn: dict[int, int] = {}
         for sample in traj.samples:
