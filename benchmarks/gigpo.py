@@ -27,8 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 
 def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float]:
     import grove.builtin_components  # noqa: F401
@@ -38,18 +36,13 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float
     from grove.experience.trajectory_batch import trajectories_to_batch
     from grove.infra.runtime import configure_runtime
     from grove.models.pretrained import load_policy
-    from grove.registry import ADVANTAGE_ESTIMATORS
     from grove.rollout.hf_engine import TransformersEngine
 
     cfg = load_config(config, overrides)
     configure_runtime(cfg.threads, cfg.host_allocator)
     model, tokenizer = load_policy(cfg.model.name)
     engine = TransformersEngine(model, tokenizer)
-    adv = cfg.algorithm.advantage
-    source = build_experience_source(
-        SourceContext(cfg, engine, tokenizer, torch.Generator().manual_seed(cfg.seed), ADVANTAGE_ESTIMATORS.get(adv.id),
-                      adv.validated(ADVANTAGE_ESTIMATORS), None, lambda: None)
-    )
+    source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
     start = time.perf_counter()
     tasks = list(source.suite.train_tasks)[:groups]
     run = source.play([(t, t) for t in tasks], cfg.train.completions_per_prompt, source.sampling)

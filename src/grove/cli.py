@@ -108,13 +108,10 @@ def eval_(
         overrides.append(f"eval.max_examples={max_examples}")
     cfg = _load(config, overrides)
 
-    import torch
-
     import grove.builtin_components  # noqa: F401
     from grove.experience import SourceContext, build_experience_source
     from grove.infra.runtime import configure_runtime
     from grove.models.pretrained import load_policy
-    from grove.registry import ADVANTAGE_ESTIMATORS
     from grove.rollout.hf_engine import TransformersEngine
 
     configure_runtime(cfg.threads, cfg.host_allocator)
@@ -125,19 +122,7 @@ def eval_(
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     engine = TransformersEngine(policy, tokenizer)
-    advantage = cfg.algorithm.advantage
-    source = build_experience_source(
-        SourceContext(
-            cfg=cfg,
-            engine=engine,
-            tokenizer=tokenizer,
-            generator=torch.Generator().manual_seed(cfg.seed),
-            advantage_fn=ADVANTAGE_ESTIMATORS.get(advantage.id),
-            advantage_params=advantage.validated(ADVANTAGE_ESTIMATORS),
-            reference=None,
-            kl_in_reward=lambda: None,
-        )
-    )
+    source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
     result = source.evaluate()
     target = f"env {cfg.env.id}" if cfg.source_id == "environment" else cfg.task.id
     extra = "".join(f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate")

@@ -27,7 +27,7 @@ from grove.config import GroveConfig
 from grove.core.advantages import AdvantageFn
 from grove.evaluation.evaluate import EvalResult
 from grove.pipeline.collect import KLInReward, StepExperience
-from grove.registry import EXPERIENCE_SOURCES
+from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES
 from grove.rollout.engine import RolloutEngine
 
 __all__ = ["EXPERIENCE_SOURCES", "ExperienceSource", "SourceContext", "StepExperience", "build_experience_source"]
@@ -50,6 +50,22 @@ class SourceContext:
     advantage_params: BaseModel
     reference: Callable[[RolloutBatch], Tensor] | None
     kl_in_reward: Callable[[], KLInReward | None]
+
+    @classmethod
+    def for_evaluation(cls, cfg: GroveConfig, engine: RolloutEngine, tokenizer: Any) -> SourceContext:
+        """A context outside training (``grove eval``, benchmarks): the config's estimator, no reference model,
+        no KL in the reward, a generator seeded with ``cfg.seed``."""
+        advantage = cfg.algorithm.advantage
+        return cls(
+            cfg=cfg,
+            engine=engine,
+            tokenizer=tokenizer,
+            generator=torch.Generator().manual_seed(cfg.seed),
+            advantage_fn=ADVANTAGE_ESTIMATORS.get(advantage.id),
+            advantage_params=advantage.validated(ADVANTAGE_ESTIMATORS),
+            reference=None,
+            kl_in_reward=lambda: None,
+        )
 
 
 class ExperienceSource(Protocol):
