@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from grove.config.components import check_component
+from grove.config.components import ComponentSpec, check_component
 
 if TYPE_CHECKING:
     from grove.config.schema import GroveConfig
@@ -120,20 +120,13 @@ def _check_experience_source(cfg: GroveConfig) -> None:
     e = cfg.env
     if e is None:
         raise ValueError("experience_source: environment needs an `env` section (env.id, env.params, ...)")
-    if ":" not in e.id and e.id not in ENVIRONMENTS:
-        import difflib
-
-        close = difflib.get_close_matches(e.id, ENVIRONMENTS.ids(), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
-            f"env.id: unknown environment {e.id!r}.{hint} Allowed: {', '.join(ENVIRONMENTS.ids())}, "
-            "or an import path 'package.module:factory'"
-        )
-    if ":" not in e.id:
+    if ":" not in e.id:  # a user factory by import path is checked when it is built
         try:
-            ENVIRONMENTS.validate_params(e.id, e.params)
-        except Exception as exc:  # pydantic ValidationError: name the field
-            raise ValueError(f"env.params: {exc}") from None
+            check_component(ComponentSpec(id=e.id, **e.params), ENVIRONMENTS, "env")
+        except ValueError as exc:
+            if e.id in ENVIRONMENTS:
+                raise ValueError(f"env.params: {exc}") from None
+            raise ValueError(f"env.id: {exc}, or an import path 'package.module:factory'") from None
     check_component(e.action_parser, ACTION_PARSERS, "env.action_parser")
     if e.prompt == "conversation" and not cfg.rollout.use_chat_template:
         raise ValueError("env.prompt: conversation needs rollout.use_chat_template: true (token-exact chat turns)")
