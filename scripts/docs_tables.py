@@ -28,6 +28,7 @@ from grove.registry import (
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
     POLICY_LOSSES,
+    REWARD_AGGREGATORS,
     Entry,
     Registry,
 )
@@ -47,7 +48,10 @@ def _flow(value: object) -> str:
 
 
 def _defaults(entry: Entry) -> dict[str, object]:
-    return {name: field.default for name, field in entry.params.model_fields.items()}
+    return {
+        name: ("REQUIRED" if field.is_required() else field.default)
+        for name, field in entry.params.model_fields.items()
+    }
 
 
 def _cell(text: str) -> str:
@@ -91,6 +95,9 @@ TABLES: dict[str, Callable[[], str]] = {
         POLICY_LOSSES, lambda e: f"policy_loss: {_flow({'id': e.id, **_defaults(e)})}"
     ),
     "loss aggregations": lambda: component_table(LOSS_AGGREGATIONS, lambda e: f"aggregation: {e.id}"),
+    "reward aggregators": lambda: component_table(
+        REWARD_AGGREGATORS, lambda e: f"reward_aggregation: {_flow({'id': e.id, **_defaults(e)})}"
+    ),
     "KL estimators": lambda: component_table(KL_ESTIMATORS, lambda e: f"kl: {{estimator: {e.id}, coef: 0.01}}"),
     "presets": preset_table,
 }

@@ -206,3 +206,29 @@ def test_remax_uses_the_greedy_completion_reward_as_baseline():
     torch.testing.assert_close(exp.batch.baseline_scores, torch.tensor([1.0, 1.0, 0.0, 0.0]))
     # A = r - b: [1-1, 0-1, 1-0, 1-0]
     torch.testing.assert_close(exp.batch.advantages[:, 0], torch.tensor([0.0, -1.0, 1.0, 1.0]))
+
+
+TIED = {20: ["7xx", "ab"], 21: ["7", "7"], 22: ["7", "xxx"]}  # 20: objectives (1,0) vs (0,1): the sums tie
+
+
+@pytest.mark.parametrize(
+    ("aggregator", "estimator", "kept_prompts", "filled"),
+    [("sum_then_normalize", "grpo", ["q22", "q21"], 1.0), ("normalize_then_sum", "score_as_advantage", ["q20", "q22"], 0.0)],
+)
+def test_dynamic_sampling_looks_at_the_components_under_gdpo(aggregator, estimator, kept_prompts, filled):
+    from grove.registry import REWARD_AGGREGATORS
+
+    s = settings(
+        max_rounds=2,
+        rewards=[resolve_reward("user_rewards:two_checks")],
+        aggregator=REWARD_AGGREGATORS.get(aggregator),
+        aggregator_params=REWARD_AGGREGATORS.validate_params(aggregator, {}),
+        advantage_fn=ADVANTAGE_ESTIMATORS.get(estimator),
+        advantage_params=ADVANTAGE_ESTIMATORS.validate_params(estimator, {}),
+    )
+    exp = collect_experience(ScriptedEngine(TIED), make_source([20, 21, 22, 21]), s, torch.Generator(), step=1)
+    prompts = [m["prompt"] for m in exp.batch.metadata[::2]]
+    assert prompts == kept_prompts
+    assert exp.stats["dynamic_sampling_filled_groups"] == filled
+    assert exp.batch.reward_names == ("has_seven", "short") and exp.batch.reward_weights == (1.0, 1.0)
+    assert "objective/has_seven/signal_group_fraction" in exp.stats

@@ -347,3 +347,27 @@ def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path):
     assert metrics["logprob_mismatch_max"] > 1e-4  # sampled by the bf16 copy, trained in fp32
     for p_copy, p_policy in zip(copy_model.parameters(), trainer.model.parameters(), strict=True):
         assert torch.equal(p_copy, p_policy.detach().to(torch.bfloat16))
+
+
+def test_multi_objective_run_logs_every_objective_and_plots_them(tiny_model, tmp_path, monkeypatch):
+    """Two objectives from one user reward, combined by the gdpo preset: per-objective metrics, held-out means,
+    the objectives panel, and `grove eval`'s per-objective table."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    out = tmp_path / "multi"
+    rewards = "[{id: answer_match, extract: last_number, name: acc}, {id: 'user_rewards:two_checks', objective_weights: {short: 0.5}}]"
+    args = base_overrides(tiny_model, out, **{"train.steps": 2, "rewards": rewards, "algorithm": "{preset: gdpo}"})
+    result = run_cli(["train", "examples/arithmetic.yaml", *args])
+    assert result.exit_code == 0, result.output
+    row = metric_rows(out)[0]
+    for name in ("acc", "has_seven", "short"):
+        assert f"reward/{name}_mean" in row and f"objective/{name}/advantage_abs_mean" in row or name == "acc"
+    shares = [v for k, v in row.items() if k.endswith("/advantage_share")]
+    assert not shares or abs(sum(shares) - 1) < 1e-4
+    evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert {"objective/acc", "objective/has_seven", "objective/short/n"} <= set(evals[-1])
+    result = run_cli(["plot", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "plots" / "objectives.png").stat().st_size > 0
+    result = run_cli(["eval", "--config", str(out / "config.yaml"), "--model", str(tiny_model), "--max-examples", "3"])
+    assert result.exit_code == 0, result.output
+    assert "per objective" in result.output and "has_seven" in result.output

@@ -46,3 +46,25 @@ def returns_nan(prompts, completions, **kwargs):
 
 def returns_generator(prompts, completions, **kwargs):
     return (1.0 for _ in completions)
+
+
+def two_checks(prompts, completions, **kwargs):
+    """Two objectives from one call, as dicts: ``has_seven`` and ``short`` (None for empty completions)."""
+    return [
+        {"has_seven": float("7" in c), "short": (None if not c else float(len(c) <= 2))} for c in completions
+    ]
+
+
+two_checks.objectives = ("has_seven", "short")
+
+
+def rows_of_three(prompts, completions, **kwargs):
+    """Three objectives as an [n, 3] nested list, in declared order; no ``objectives`` attribute."""
+    return [[1.0, float(len(c)), None] for c in completions]
+
+
+def unknown_key(prompts, completions, **kwargs):
+    return [{"has_seven": 1.0, "surprise": 0.0} for _ in completions]
+
+
+unknown_key.objectives = ("has_seven",)

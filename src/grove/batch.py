@@ -16,7 +16,10 @@ Layout (the same as generation, so log-probs line up exactly):
   ``rollout_logprobs`` (for the rollout-vs-training mismatch and its correction);
 * ``correction_weights`` ``[N, R]`` optional detached importance weights (TIS/MIS) multiplying the
   per-token policy loss;
-* every per-token tensor is ``[N, R]`` aligned with ``response_ids``.
+* every per-token tensor is ``[N, R]`` aligned with ``response_ids``;
+* ``rewards`` ``[N, K]`` is the named reward matrix (one column per objective, ``reward_names``; NaN where an
+  objective does not apply to a sample) and ``reward_weights`` its ``K`` weights: the objectives travel
+  separately to the reward-aggregation stage (:mod:`grove.core.objectives`) and the metrics.
 
 Agent experience adds a :class:`StepTable`: one row per environment step (an action the policy took),
 with its trajectory, group, turn number, anchor state, reward, penalty and terminal flag, and the
@@ -118,6 +121,7 @@ class RolloutBatch:
     sample_weights: Tensor | None = None
     steps: StepTable | None = None
     token_steps: Tensor | None = None
+    reward_weights: tuple[float, ...] = ()
     metadata: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
     # ------------------------------------------------------------------ checks
@@ -157,6 +161,10 @@ class RolloutBatch:
             raise ValueError(
                 f"rewards shape {tuple(self.rewards.shape)} != {(n, len(self.reward_names))} "
                 f"(reward_names={self.reward_names})"
+            )
+        if self.reward_weights and len(self.reward_weights) != len(self.reward_names):
+            raise ValueError(
+                f"{len(self.reward_weights)} reward_weights for {len(self.reward_names)} rewards {self.reward_names}"
             )
         if self.metadata and len(self.metadata) != n:
             raise ValueError(f"metadata has {len(self.metadata)} entries for {n} samples")
@@ -300,6 +308,8 @@ def concat_batches(batches: list[RolloutBatch], *, pad_token_id: int = 0) -> Rol
         raise ValueError("concat_batches needs at least one batch")
     if len({b.reward_names for b in batches}) != 1:
         raise ValueError("batches disagree on reward_names")
+    if len({b.reward_weights for b in batches}) != 1:
+        raise ValueError("batches disagree on reward_weights")
     first = batches[0]
     changes: dict[str, Any] = {
         "prompt_ids": _pad_cat([b.prompt_ids for b in batches], left=True, value=pad_token_id),

@@ -125,8 +125,19 @@ def eval_(
     source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
     result = source.evaluate()
     target = f"env {cfg.env.id}" if cfg.source_id == "environment" else cfg.task.id
-    extra = "".join(f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate")
+    extra = "".join(
+        f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate" and not k.startswith("objective/")
+    )
     console.print(f"{model} on {target}: {result.report}{extra}  ({result.seconds:.1f}s)")
+    objectives = [k.split("/")[1] for k in result.extra if k.startswith("objective/") and k.endswith("/n")]
+    if objectives:
+        from rich.table import Table
+
+        table = Table("objective", "held-out mean", "samples it applies to", title="per objective")
+        for name in objectives:
+            mean = result.extra.get(f"objective/{name}")
+            table.add_row(name, "–" if mean is None else f"{mean:.3f}", f"{result.extra[f'objective/{name}/n']:.0f}")
+        console.print(table)
 
 
 @config_app.command("show")

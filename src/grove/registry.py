@@ -1,7 +1,7 @@
 """Registries: decorator-based lookup of components by an unambiguous id.
 
 Every pluggable piece of grove (advantage estimators, policy losses, loss aggregations, KL
-estimators, reward functions) lives in a :class:`Registry`. A component registers itself with a
+estimators, reward functions, reward aggregators) lives in a :class:`Registry`. A component registers itself with a
 decorator and, optionally, a pydantic model describing its parameters; the YAML config then
 selects it by id and its parameters are validated against that model. Adding a component is
 therefore one new file and needs no trainer edit.
@@ -121,6 +121,7 @@ POLICY_LOSSES: Registry = Registry("policy loss")
 LOSS_AGGREGATIONS: Registry = Registry("loss aggregation")
 KL_ESTIMATORS: Registry = Registry("KL estimator")
 REWARD_FUNCTIONS: Registry = Registry("reward function")
+REWARD_AGGREGATORS: Registry = Registry("reward aggregator")
 ENVIRONMENTS: Registry = Registry("environment")
 ACTION_PARSERS: Registry = Registry("action parser")
 EXPERIENCE_SOURCES: Registry = Registry("experience source")

@@ -70,6 +70,12 @@ class AlgorithmConfig(Section):
     preset: str | None = Field(
         None, description="A named bundle of settings from a paper (grove.config.presets); keys you set override it."
     )
+    reward_aggregation: ComponentSpec = Field(
+        default_factory=lambda: ComponentSpec(id="sum_then_normalize"),
+        description="How several rewards/objectives become one score before the advantage estimator: "
+        "sum_then_normalize (weighted sum, default), normalize_then_sum (GDPO), variance_weighted (MO-GRPO), gated, "
+        "ensemble_min, mean_minus_std (docs/multi-objective.md).",
+    )
     advantage: ComponentSpec = Field(
         default_factory=lambda: ComponentSpec(id="grpo"), description="Advantage estimator and its parameters."
     )

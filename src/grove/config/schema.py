@@ -28,7 +28,7 @@ from grove.config.sections import (
     SelectionConfig,
     TrainConfig,
 )
-from grove.config.validation import validate_config
+from grove.config.validation import reward_column_names, validate_config
 
 __all__ = ["GroveConfig"]
 
@@ -80,8 +80,9 @@ class GroveConfig(Section):
 
     @property
     def accuracy_reward_name(self) -> str:
-        """The reward whose value 1.0 means 'correct': ``eval.accuracy_reward``, or the first reward."""
-        return self.eval.accuracy_reward or self.rewards[0].display_name
+        """The reward column whose value 1.0 means 'correct': ``eval.accuracy_reward``, or the first reward's first
+        objective (its own name for a single-objective reward)."""
+        return self.eval.accuracy_reward or reward_column_names(self.rewards[0])[0]
 
     def derived(self) -> dict[str, int | str]:
         """The batch quantities the configuration implies (:func:`grove.config.derived.batch_quantities`)."""

@@ -28,6 +28,14 @@ class ModelConfig(Section):
 class RewardConfig(ComponentSpec):
     weight: float = Field(1.0, description="Weight of this reward in the combined scalar reward.")
     name: str | None = Field(None, description="Display name (defaults to the id).")
+    objectives: list[str] | None = Field(
+        None,
+        description="Multi-objective rewards: the objective names the function returns (a dict or a row per sample); "
+        "default: what the reward declares. A registered reward may be restricted to a subset.",
+    )
+    objective_weights: dict[str, float] | None = Field(
+        None, description="Per-objective factors multiplying `weight` (default 1 each), e.g. {format: 0.5}."
+    )
 
     @property
     def display_name(self) -> str:

@@ -25,6 +25,7 @@ def validate_config(cfg: GroveConfig) -> None:
     _import_user_modules(cfg.imports)
     _check_algorithm_components(cfg)
     _check_rewards(cfg)
+    _check_reward_aggregation(cfg)
     _check_stages(cfg)
     _check_experience_source(cfg)
 
@@ -73,8 +74,65 @@ def _check_rewards(cfg: GroveConfig) -> None:
                 check_component(r, REWARD_FUNCTIONS, f"rewards.{i}")
             except ValueError as exc:
                 raise ValueError(f"rewards.{i}: {exc}") from None
-    if cfg.eval.accuracy_reward is not None and cfg.eval.accuracy_reward not in names:
-        raise ValueError(f"eval.accuracy_reward: {cfg.eval.accuracy_reward!r} is not a reward name; names: {names}")
+    columns = [c for r in cfg.rewards for c in reward_column_names(r)]
+    if len(set(columns)) != len(columns):
+        raise ValueError(
+            f"rewards: reward/objective names must be unique, got {columns}; give a reward a distinct 'name' or "
+            f"restrict its 'objectives'"
+        )
+    if cfg.eval.accuracy_reward is not None and cfg.eval.accuracy_reward not in columns:
+        raise ValueError(
+            f"eval.accuracy_reward: {cfg.eval.accuracy_reward!r} is not a reward or objective name; names: {columns}"
+        )
+
+
+def reward_column_names(reward) -> tuple[str, ...]:
+    """The reward-matrix columns a ``rewards:`` block fills: its declared ``objectives``, a registered reward's
+    ``objective_names()``, a user function's ``objectives`` attribute, else its display name."""
+    from grove.registry import REWARD_FUNCTIONS, import_callable
+
+    if reward.objectives:
+        return tuple(reward.objectives)
+    if ":" in reward.id:
+        try:
+            own = getattr(import_callable(reward.id, "reward"), "objectives", None)
+        except Exception:  # noqa: BLE001 - reported when the reward is resolved for the run
+            own = None
+    else:
+        params = reward.validated(REWARD_FUNCTIONS)
+        own = params.objective_names() if hasattr(params, "objective_names") else None
+    return tuple(own) if own else (reward.display_name,)
+
+
+def _check_reward_aggregation(cfg: GroveConfig) -> None:
+    from grove.registry import ADVANTAGE_ESTIMATORS, REWARD_AGGREGATORS
+
+    spec = cfg.algorithm.reward_aggregation
+    try:
+        check_component(spec, REWARD_AGGREGATORS, "algorithm.reward_aggregation")
+    except ValueError as exc:
+        raise ValueError(f"algorithm.reward_aggregation: {exc}") from None
+    if cfg.source_id == "environment" and spec.id != "sum_then_normalize":
+        raise ValueError(
+            "algorithm.reward_aggregation applies to the `rewards:` of single-turn completions; environment episodes "
+            "are scored by their returns. Remove it (or use sum_then_normalize)"
+        )
+    params = spec.validated(REWARD_AGGREGATORS)
+    estimator = cfg.algorithm.advantage.id
+    if getattr(params, "produces_advantages", lambda: False)() and estimator != "score_as_advantage":
+        raise ValueError(
+            f"algorithm.reward_aggregation: {spec.id!r} with these settings already returns normalised advantages; "
+            f"the estimator {estimator!r} would normalise them a second time. Set algorithm.advantage.id: "
+            f"score_as_advantage (the gdpo preset does), or reward_aggregation.renormalize: none to feed {estimator!r}"
+        )
+    if "groups" in REWARD_AGGREGATORS.entry(spec.id).requires and "greedy_baseline" in ADVANTAGE_ESTIMATORS.entry(
+        estimator
+    ).requires:
+        raise ValueError(
+            f"algorithm.advantage: {estimator!r} scores a lone greedy completion per prompt, which the group statistics "
+            f"of reward_aggregation {spec.id!r} cannot score; use a per-sample aggregator (sum_then_normalize, gated, "
+            f"ensemble_min, mean_minus_std)"
+        )
 
 
 def _check_stages(cfg: GroveConfig) -> None:

@@ -28,6 +28,20 @@ PASSK_CHEN = (
     "(Chen et al., 2025)"
 )
 BNPO = "BNPO: Beta Normalization Policy Optimization (Xiao et al., 2025)"
+GDPO = (
+    "GDPO: Group reward-Decoupled Normalization Policy Optimization for Multi-reward RL Optimization "
+    "(Liu et al., 2026)"
+)
+MO_GRPO = (
+    "MO-GRPO: Mitigating Reward Hacking of Group Relative Policy Optimization on Multi-Objective Problems "
+    "(Ichihara et al., 2025)"
+)
+CRPO = (
+    "Clinical-R1: Empowering Large Language Models for Faithful and Comprehensive Reasoning with Clinical "
+    "Objective Relative Policy Optimization (2025)"
+)
+SEARCHLLM = "Aligning Large Language Models with Searcher Preferences (SearchLLM, 2025)"
+RM_ENSEMBLES = "Reward Model Ensembles Help Mitigate Overoptimization (Coste et al., 2024)"
 GIGPO = "Group-in-Group Policy Optimization for LLM Agent Training (Feng et al., 2025)"
 
 # policy losses

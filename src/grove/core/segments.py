@@ -127,3 +127,39 @@ def segment_discounted_returns(values: Tensor, segment: Tensor, order_key: Tenso
     out = torch.empty_like(b)
     out[perm] = b
     return out.to(out_dtype)
+
+
+def segment_nan_stats(values: Tensor, index: Tensor, num_segments: int, unbiased: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """NaN-aware per-segment ``(mean, std, count)`` of ``values [N, K]`` column by column, each ``[S, K]``.
+
+    NaN marks a value that does not apply (a reward that returned ``None``): it is left out of its column's
+    count, mean and std, like ``torch.nanmean`` per segment. A segment-column with no valid value has mean
+    NaN and std NaN (count 0); with one valid value its std is NaN when ``unbiased`` (``n - 1 = 0``, as
+    TRL's ``nanstd``) and 0 otherwise. Callers decide what a NaN statistic means.
+    """
+    valid = ~torch.isnan(values)
+    zeros = torch.zeros_like(values)
+    count = segment_sum(valid.to(values.dtype), index, num_segments)
+    total = segment_sum(torch.where(valid, values, zeros), index, num_segments)
+    nan = torch.full_like(total, float("nan"))
+    mean = torch.where(count > 0, total / count.clamp_min(1), nan)
+    deviation = torch.where(valid, values - broadcast(mean, index), zeros)
+    divisor = count - 1 if unbiased else count
+    var = segment_sum(deviation * deviation, index, num_segments) / divisor.clamp_min(1)
+    std = torch.where(divisor > 0, var.sqrt(), nan)
+    return mean, std, count
+
+
+def segment_nan_spread(values: Tensor, index: Tensor, num_segments: int) -> Tensor:
+    """Per-segment ``max - min`` of ``values [N, K]`` ignoring NaN, ``[S, K]``; 0 where fewer than 2 values apply."""
+    valid = ~torch.isnan(values)
+    shape = (num_segments, *values.shape[1:])
+    expanded = index.view(-1, *([1] * (values.ndim - 1))).expand_as(values)
+    high = values.new_full(shape, float("-inf")).scatter_reduce(
+        0, expanded, torch.where(valid, values, torch.full_like(values, float("-inf"))), reduce="amax"
+    )
+    low = values.new_full(shape, float("inf")).scatter_reduce(
+        0, expanded, torch.where(valid, values, torch.full_like(values, float("inf"))), reduce="amin"
+    )
+    spread = high - low
+    return torch.where(torch.isfinite(spread), spread, torch.zeros_like(spread))

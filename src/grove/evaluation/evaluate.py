@@ -1,4 +1,5 @@
-"""Held-out evaluation: greedy completions scored by the accuracy reward, with a 95% Wilson CI."""
+"""Held-out evaluation: greedy completions scored by every reward; the accuracy objective (value 1.0 = correct)
+gets a 95% Wilson CI and every objective its mean over the samples it applies to (``objective/<name>``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from grove.evaluation.stats import AccuracyReport
 from grove.infra.precision import autocast
-from grove.rewards.scoring import RewardSpec, compute_rewards
+from grove.rewards.scoring import RewardSpec, compute_rewards, reward_columns
 from grove.rollout.engine import RolloutEngine, SamplingParams, encode_prompts
 from grove.tasks.task import Example, columns_for_rewards
 
@@ -41,7 +42,8 @@ def evaluate(
     engine: RolloutEngine,
     tokenizer,
     examples: Sequence[Example],
-    accuracy_reward: RewardSpec,
+    rewards: Sequence[RewardSpec],
+    accuracy: str,
     *,
     max_new_tokens: int,
     stop: tuple[str, ...] = (),
@@ -49,11 +51,19 @@ def evaluate(
     use_chat_template: bool = True,
     batch_size: int = 64,
 ) -> EvalResult:
-    """Greedy-decode every example once; a reward value of 1.0 counts as correct."""
+    """Greedy-decode every example once and score it with every reward.
+
+    ``accuracy`` names the reward (or objective) column whose value 1.0 counts as correct. Every column's
+    mean over the samples it applies to is reported as ``objective/<name>`` (with ``objective/<name>/n``).
+    """
     start = time.perf_counter()
+    names, _ = reward_columns(rewards)
+    if accuracy not in names:
+        raise ValueError(f"eval.accuracy_reward: {accuracy!r} is not a reward or objective; columns: {', '.join(names)}")
+    column = names.index(accuracy)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
     generator = torch.Generator().manual_seed(0)  # unused by greedy decoding, required by the interface
-    scores: list[float] = []
+    matrices: list[torch.Tensor] = []
     samples: list[dict] = []
     lengths = 0
     for first in range(0, len(examples), batch_size):
@@ -63,36 +73,49 @@ def evaluate(
         )
         out = engine.generate(ids, 1, sampling, generator)
         prompts = [e.prompt_text for e in chunk]
-        columns = columns_for_rewards(chunk)
-        values = compute_rewards([accuracy_reward], prompts, out.texts, columns, step=-1)[:, 0]
-        values = torch.nan_to_num(values, nan=0.0).tolist()
-        scores.extend(values)
+        values = compute_rewards(rewards, prompts, out.texts, columns_for_rewards(chunk), step=-1)
+        matrices.append(values)
         lengths += int(out.response_mask.sum())
+        correct = (torch.nan_to_num(values[:, column], nan=0.0) >= 1.0).tolist()
         samples.extend(
-            {"prompt": p, "completion": c, "answer": e.answer, "correct": v >= 1.0}
-            for p, c, e, v in zip(prompts, out.texts, chunk, values, strict=True)
+            {"prompt": p, "completion": c, "answer": e.answer, "correct": ok, "rewards": dict(zip(names, row, strict=True))}
+            for p, c, e, ok, row in zip(prompts, out.texts, chunk, correct, values.tolist(), strict=True)
         )
+    matrix = torch.cat(matrices) if matrices else torch.empty(0, len(names))
     return EvalResult(
-        report=AccuracyReport.from_scores(scores),
+        report=AccuracyReport.from_scores(torch.nan_to_num(matrix[:, column], nan=0.0).tolist()),
         samples=samples,
         seconds=time.perf_counter() - start,
         mean_length=lengths / max(len(examples), 1),
+        extra=objective_means(matrix, names) if len(names) > 1 else {},
     )
+
+
+def objective_means(matrix: torch.Tensor, names: Sequence[str]) -> dict[str, float]:
+    """``objective/<name>``: each column's mean over the samples it applies to, and how many (``.../n``)."""
+    out: dict[str, float] = {}
+    for k, name in enumerate(names):
+        valid = matrix[:, k][~torch.isnan(matrix[:, k])]
+        out[f"objective/{name}/n"] = float(valid.numel())
+        if valid.numel():
+            out[f"objective/{name}"] = float(valid.mean())
+    return out
 
 
 def evaluate_config(engine: RolloutEngine, tokenizer, cfg, rewards: Sequence[RewardSpec], examples: Sequence[Example]) -> EvalResult:
     """:func:`evaluate` with every setting taken from a :class:`grove.config.GroveConfig`.
 
-    The accuracy reward is ``eval.accuracy_reward`` (default: the first reward); generation runs
-    under the configured ``train.precision``.
+    The accuracy column is ``eval.accuracy_reward`` (default: the first reward's first objective);
+    generation runs under the configured ``train.precision``.
     """
-    reward = next(r for r in rewards if r.name == cfg.accuracy_reward_name)
+    accuracy = cfg.eval.accuracy_reward or reward_columns(rewards)[0][0]
     with autocast(cfg.train.precision):
         return evaluate(
             engine,
             tokenizer,
             examples,
-            reward,
+            rewards,
+            accuracy,
             max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
             stop=tuple(cfg.rollout.stop),
             system_prompt=cfg.rollout.system_prompt,

@@ -13,8 +13,8 @@ from grove.evaluation.evaluate import EvalResult, evaluate_config
 from grove.experience.source import SourceContext, StepExperience
 from grove.experience.task_sampler import TaskSampler
 from grove.pipeline.collect import ExperienceSettings, collect_experience
-from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES
-from grove.rewards.scoring import resolve_rewards
+from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES, REWARD_AGGREGATORS
+from grove.rewards.scoring import resolve_rewards, reward_columns
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.tasks.task import build_task
 
@@ -38,6 +38,11 @@ class CompletionSource:
         self.rewards = resolve_rewards(cfg.rewards)
         a = cfg.algorithm
         overlong = a.overlong
+        aggregation = a.reward_aggregation
+        aggregator_params = aggregation.validated(REWARD_AGGREGATORS)
+        if hasattr(aggregator_params, "check_objectives"):  # e.g. gated: its names must be objectives
+            names = reward_columns(self.rewards)[0] + (("overlong_penalty",) if overlong.soft_penalty else ())
+            aggregator_params.check_objectives(names)
         self.settings = ExperienceSettings(
             groups=cfg.train.prompts_per_step,
             completions_per_group=cfg.train.completions_per_prompt,
@@ -53,6 +58,8 @@ class CompletionSource:
             overlong_max_penalty=overlong.max_penalty,
             greedy_baseline="greedy_baseline" in ADVANTAGE_ESTIMATORS.entry(a.advantage.id).requires,
             pad_token_id=ctx.engine.pad_token_id,
+            aggregator=REWARD_AGGREGATORS.get(aggregation.id),
+            aggregator_params=aggregator_params,
         )
         self.sampler = TaskSampler(len(self.task.train), cfg.seed)
 

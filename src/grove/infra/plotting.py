@@ -1,4 +1,5 @@
-"""``grove plot RUN_DIR``: PNG curves of a run's metrics and held-out accuracy."""
+"""``grove plot RUN_DIR``: PNG curves of a run's metrics and held-out accuracy, and one panel per objective
+when the run has several rewards/objectives (``plots/objectives.png``)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,54 @@ def _smooth(values: list[float], window: int) -> list[float]:
     return out
 
 
+def objective_names(records: list[dict], evals: list[dict]) -> list[str]:
+    """Objectives seen in the metrics (``objective/<name>/...``) or the evaluations (``objective/<name>``), in order."""
+    names: dict[str, None] = {}
+    for record in [*records, *evals]:
+        for key in record:
+            parts = key.split("/")
+            if parts[0] == "objective" and len(parts) >= 2 and parts[1]:
+                names.setdefault(parts[1])
+    return list(names)
+
+
+def _plot_objectives(records: list[dict], evals: list[dict], names: list[str], path: Path, title: str, smooth: int) -> None:
+    """One panel per objective: its training mean, signal-group fraction and advantage share, and held-out mean."""
+    cols = min(3, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
+    steps = [r["step"] for r in records]
+    for ax, name in zip(axes.flat, names, strict=False):
+        series = [
+            (f"reward/{name}_mean", "train mean"),
+            (f"objective/{name}/signal_group_fraction", "groups with signal"),
+            (f"objective/{name}/advantage_share", "advantage share"),
+        ]
+        for key, label in series:
+            pts = [(s, r[key]) for s, r in zip(steps, records, strict=True) if r.get(key) is not None]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, _smooth(list(ys), smooth), label=label)
+        held = [(e["step"], e[f"objective/{name}"]) for e in evals if e.get(f"objective/{name}") is not None]
+        if held:
+            xs, ys = zip(*held, strict=True)
+            ax.plot(xs, ys, marker="o", color="black", label="held-out mean")
+        ax.set_title(f"objective: {name}")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def plot_run(run_dir: Path, smooth: int = 5) -> list[Path]:
-    """Write ``plots/training.png`` and ``plots/eval_accuracy.png``; return the written paths."""
+    """Write ``plots/training.png``, ``plots/eval_accuracy.png`` and (several objectives) ``plots/objectives.png``;
+    return the written paths."""
     records = JsonlLog(run_dir / "metrics.jsonl").read()
     evals = JsonlLog(run_dir / "eval.jsonl").read()
     if not records and not evals:
@@ -87,5 +134,10 @@ def plot_run(run_dir: Path, smooth: int = 5) -> list[Path]:
         path = out_dir / "eval_accuracy.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)
+        written.append(path)
+    names = objective_names(records, evals)
+    if names:
+        path = out_dir / "objectives.png"
+        _plot_objectives(records, evals, names, path, f"{run_dir}: per objective", smooth)
         written.append(path)
     return written

@@ -2,16 +2,20 @@
 
 Order of operations (each optional stage is a config setting, not a trainer branch):
 
-1. generate and score ``prompts_per_step`` groups (one *round*); DAPO's soft overlong punishment
-   is added to the rewards as the column ``overlong_penalty``;
-2. DAPO dynamic sampling: keep only groups with non-zero reward variance and draw further rounds
-   until ``prompts_per_step`` such groups exist or ``max_rounds`` is reached; missing groups are
-   then filled with the zero-variance groups of the last round (they carry no advantage; the
-   number is logged as ``dynamic_sampling_filled_groups``);
+1. generate and score ``prompts_per_step`` groups (one *round*): the named reward matrix ``[N, K]`` (one
+   column per objective) and its weights go into the batch; DAPO's soft overlong punishment is added as
+   the column ``overlong_penalty``;
+2. DAPO dynamic sampling: keep only groups that carry signal under the reward aggregator (some column of
+   its ``signal`` varies: the combined score for per-sample aggregators, every weighted objective for
+   GDPO/MO-GRPO) and draw further rounds until ``prompts_per_step`` such groups exist or ``max_rounds`` is
+   reached; missing groups are then filled with the signal-free groups of the last round (they carry no
+   advantage; the number is logged as ``dynamic_sampling_filled_groups``);
 3. DAPO overlong filtering: truncated completions get an all-zero ``loss_mask``;
-4. reference log-probs (when a reference model is loaded) and, with ``kl.placement: reward``, ``β·Σ_t KL_t`` subtracted
+4. the reward aggregator (``algorithm.reward_aggregation``) turns the final batch's objectives into one
+   score per sample (batch-level renormalisations therefore see exactly the trained batch);
+5. reference log-probs (when a reference model is loaded) and, with ``kl.placement: reward``, ``β·Σ_t KL_t`` subtracted
    from each sample's score;
-5. advantages from the registered estimator.
+6. advantages from the registered estimator, then per-objective statistics (``objective/*``).
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ from torch import Tensor
 
 from grove.batch import RolloutBatch, concat_batches
 from grove.core.advantages import AdvantageFn, run_estimator
-from grove.core.shaping import informative_groups, soft_overlong_penalty
-from grove.rewards.scoring import RewardSpec, combine_rewards, compute_rewards
+from grove.core.objectives import AggregateFn, informative_from_signal, objective_statistics, run_aggregator
+from grove.core.objectives.pointwise import sum_then_normalize
+from grove.core.shaping import soft_overlong_penalty
+from grove.core.token_ops import row_mean
+from grove.rewards.scoring import RewardSpec, compute_rewards, reward_columns
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 from grove.tasks.task import Example, columns_for_rewards
 
@@ -51,6 +58,8 @@ class ExperienceSettings:
     overlong_max_penalty: float = 1.0
     greedy_baseline: bool = False  # one extra greedy completion per prompt, scored (e.g. ReMax)
     pad_token_id: int = 0
+    aggregator: AggregateFn = sum_then_normalize
+    aggregator_params: BaseModel | None = None  # None: the aggregator takes no parameters (sum_then_normalize)
 
 
 @dataclass(frozen=True)
@@ -78,21 +87,20 @@ class StepExperience:
 @dataclass(frozen=True)
 class _Round:
     batch: RolloutBatch
-    scores: Tensor
     seconds: float
     tokens: int
 
 
 def _score(
     out: RolloutOutput, examples: list[Example], s: ExperienceSettings, step: int
-) -> tuple[Tensor, list[str], Tensor, list[str]]:
-    """``(rewards [M, K], reward names, combined scores [M], prompt texts)`` of an engine output."""
+) -> tuple[Tensor, list[str], list[float], list[str]]:
+    """``(rewards [M, K], objective names, their weights, prompt texts)`` of an engine output."""
     rows = [examples[i] for i in out.prompt_index.tolist()]
     prompts = [e.prompt_text for e in rows]
     columns = columns_for_rewards(rows)
     rewards = compute_rewards(s.rewards, prompts, out.texts, columns, step=step)
-    names = [r.name for r in s.rewards]
-    weights = [r.weight for r in s.rewards]
+    names_, weights_ = reward_columns(s.rewards)
+    names, weights = list(names_), list(weights_)
     if s.overlong_cache_tokens is not None:
         penalty = soft_overlong_penalty(
             out.response_mask.sum(1),
@@ -103,7 +111,12 @@ def _score(
         rewards = torch.cat([rewards, penalty[:, None]], dim=1)
         names.append(OVERLONG_REWARD)
         weights.append(1.0)
-    return rewards, names, combine_rewards(rewards, torch.tensor(weights)), prompts
+    return rewards, names, weights, prompts
+
+
+def aggregate(batch: RolloutBatch, s: ExperienceSettings):
+    """The reward aggregator's output on ``batch`` (scores, per-objective contributions, signal columns)."""
+    return run_aggregator(s.aggregator, batch, s.aggregator_params)
 
 
 def _sample_round(
@@ -116,13 +129,15 @@ def _sample_round(
     group_offset: int,
 ) -> _Round:
     out = engine.generate(prompt_ids, s.completions_per_group, s.sampling, generator)
-    rewards, names, scores, prompts = _score(out, examples, s, step)
+    rewards, names, weights, prompts = _score(out, examples, s, step)
     seconds, tokens = out.seconds, out.num_generated_tokens
     baseline = None
-    if s.greedy_baseline:
+    if s.greedy_baseline:  # per-sample aggregators only (config validation): each greedy sample is its own group
         greedy_sampling = dataclasses.replace(s.sampling, temperature=0.0, top_k=0, top_p=1.0)
         greedy = engine.generate(prompt_ids, 1, greedy_sampling, generator)
-        baseline = _score(greedy, examples, s, step)[2][out.prompt_index]
+        g_rewards, *_ = _score(greedy, examples, s, step)
+        baseline = run_aggregator(s.aggregator, _reward_only_batch(g_rewards, names, weights), s.aggregator_params)
+        baseline = baseline.scores[out.prompt_index]
         seconds, tokens = seconds + greedy.seconds, tokens + greedy.num_generated_tokens
     num = out.num_samples
     response_mask = out.response_mask.bool()
@@ -135,6 +150,7 @@ def _sample_round(
         old_logprobs=out.logprobs.float(),
         rewards=rewards,
         reward_names=tuple(names),
+        reward_weights=tuple(weights),
         group_index=out.prompt_index.long() + group_offset,
         trajectory_index=torch.arange(num) + group_offset * s.completions_per_group,
         step_index=torch.zeros(num, dtype=torch.long),
@@ -145,14 +161,26 @@ def _sample_round(
             for k in range(num)
         ),
     )
-    return _Round(batch, scores, seconds, tokens)
+    return _Round(batch, seconds, tokens)
 
 
-def _first_groups(batch: RolloutBatch, scores: Tensor, count: int) -> tuple[RolloutBatch, Tensor]:
+def _reward_only_batch(rewards: Tensor, names: list[str], weights: list[float]) -> RolloutBatch:
+    """A batch holding just ``rewards`` (one sample per group), for scoring with a per-sample aggregator."""
+    n = rewards.shape[0]
+    empty = torch.zeros(n, 0, dtype=torch.long)
+    return RolloutBatch(
+        prompt_ids=empty, prompt_mask=empty.bool(), response_ids=empty, response_mask=empty.bool(),
+        loss_mask=empty.bool(), old_logprobs=empty.float(), rewards=rewards, reward_names=tuple(names),
+        reward_weights=tuple(weights), group_index=torch.arange(n), trajectory_index=torch.arange(n),
+        step_index=torch.zeros(n, dtype=torch.long), truncated=torch.zeros(n, dtype=torch.bool),
+    )
+
+
+def _first_groups(batch: RolloutBatch, count: int) -> RolloutBatch:
     """The samples of the first ``count`` distinct groups, in order."""
     _, first_seen = torch.unique_consecutive(batch.group_index, return_inverse=True)
     keep = (first_seen < count).nonzero().flatten()
-    return batch.select(keep), scores[keep]
+    return batch.select(keep)
 
 
 def collect_experience(
@@ -165,7 +193,7 @@ def collect_experience(
     reference: Callable[[RolloutBatch], Tensor] | None = None,
     kl_in_reward: KLInReward | None = None,
 ) -> StepExperience:
-    kept: list[tuple[RolloutBatch, Tensor]] = []  # (samples, their scores) of the groups kept so far
+    kept: list[RolloutBatch] = []  # the samples of the groups kept so far
     kept_groups = 0
     seconds = 0.0
     tokens = 0
@@ -178,22 +206,20 @@ def collect_experience(
         seconds += last.seconds
         tokens += last.tokens
         if s.max_rounds == 1:
-            kept.append((last.batch, last.scores))
+            kept.append(last.batch)
             kept_groups = s.groups
             break
-        informative = informative_groups(last.scores, last.batch.group_index).nonzero().flatten()
+        informative = _informative(last.batch, s).nonzero().flatten()
         if len(informative):
-            kept.append((last.batch.select(informative), last.scores[informative]))
+            kept.append(last.batch.select(informative))
             kept_groups += len(informative) // s.completions_per_group
     filled = 0
     if kept_groups < s.groups:  # out of rounds: top up with the last round's uninformative groups
         assert last is not None
-        rest = (~informative_groups(last.scores, last.batch.group_index)).nonzero().flatten()
+        rest = (~_informative(last.batch, s)).nonzero().flatten()
         filled = min(s.groups - kept_groups, len(rest) // s.completions_per_group)
-        kept.append((last.batch.select(rest), last.scores[rest]))
-    batch = concat_batches([b for b, _ in kept], pad_token_id=s.pad_token_id)
-    scores = torch.cat([sc for _, sc in kept])
-    batch, scores = _first_groups(batch, scores, s.groups)
+        kept.append(last.batch.select(rest))
+    batch = _first_groups(concat_batches(kept, pad_token_id=s.pad_token_id), s.groups)
 
     stats: dict[str, float] = {}
     if s.max_rounds > 1:
@@ -202,8 +228,18 @@ def collect_experience(
     if s.overlong_filter:
         batch = batch.replace(loss_mask=batch.loss_mask & ~batch.truncated[:, None])
         stats["overlong_filtered_fraction"] = float(batch.truncated.float().mean())
-    batch, scores = add_reference(batch, scores, reference, kl_in_reward, stats)
-    return StepExperience(*with_advantages(batch, scores, s.advantage_fn, s.advantage_params, stats), seconds, tokens, stats)
+    aggregated = aggregate(batch, s)
+    batch, scores = add_reference(batch, aggregated.scores, reference, kl_in_reward, stats)
+    batch, scores = with_advantages(batch, scores, s.advantage_fn, s.advantage_params, stats)
+    if batch.rewards.shape[1] > 1:
+        sequence_advantages = row_mean(batch.advantages, batch.policy_token_mask)
+        stats.update(objective_statistics(batch, aggregated, sequence_advantages, batch.reward_names))
+    return StepExperience(batch, scores, seconds, tokens, stats)
+
+
+def _informative(batch: RolloutBatch, s: ExperienceSettings) -> Tensor:
+    """``bool [N]``: the sample's group carries signal under the reward aggregator (component-aware)."""
+    return informative_from_signal(aggregate(batch, s).signal, batch.group_index)
 
 
 def add_reference(

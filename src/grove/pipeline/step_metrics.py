@@ -15,9 +15,25 @@ def zero_std_group_fraction(scores: torch.Tensor, group_index: torch.Tensor) -> 
     return float((spread == 0).float().mean())
 
 
+def weighted_reward(batch: RolloutBatch) -> torch.Tensor | None:
+    """``[N]``: the weighted sum of the objectives that apply (``Σ_k w_k r_ik``), or None without weights."""
+    if not batch.reward_weights:
+        return None
+    w = torch.tensor(batch.reward_weights, dtype=batch.rewards.dtype)
+    return torch.nansum(batch.rewards * w, dim=1)
+
+
 def step_metrics(exp, batch: RolloutBatch, *, accuracy_reward: str) -> dict[str, float]:
+    """``reward_mean``/``reward_std`` are of the weighted reward sum (whatever the aggregator turns it into:
+    ``score_mean`` is what the estimator received); ``zero_std_group_fraction`` counts groups whose score is
+    constant, i.e. groups without signal under the reward aggregator."""
     scores = exp.scores
-    metrics: dict[str, float] = {"reward_mean": float(scores.mean()), "reward_std": float(scores.std(unbiased=False))}
+    reward = weighted_reward(batch)
+    reward = scores if reward is None else reward
+    metrics: dict[str, float] = {"reward_mean": float(reward.mean()), "reward_std": float(reward.std(unbiased=False))}
+    if reward is not scores:
+        metrics["score_mean"] = float(scores.mean())
+        metrics["score_std"] = float(scores.std(unbiased=False))
     for k, name in enumerate(batch.reward_names):
         column = batch.rewards[:, k]
         valid = column[~column.isnan()]

@@ -11,6 +11,11 @@ User reward contract
 * Return one value per completion: a real number, or ``None`` when the reward does not apply to that
   sample (it is then left out of the weighted sum for that sample). NaN and ±inf are rejected: return
   ``None`` instead of NaN.
+* A reward may score several *objectives* in one call (one clinical checker, not K): it declares their
+  names (the ``objectives`` key of its config block, a ``fn.objectives`` attribute, or — for a registered
+  reward — its params model's ``objective_names()``) and returns per sample a dict
+  ``{objective: value | None}`` or a row of values in that order (a list of lists or an ``[n, k]`` array).
+  Each objective becomes a column of the reward matrix with weight ``weight × objective_weights[name]``.
 * Exceptions are not swallowed: they are re-raised as :class:`RewardFunctionError` naming the reward,
   the training step, the failing sample and a truncated prompt/completion.
 """
@@ -27,6 +32,7 @@ import torch
 from pydantic import BaseModel, ValidationError
 
 from grove.registry import REWARD_FUNCTIONS, import_callable
+from grove.rewards.values import RewardValueError, value_rows
 
 RewardFn = Callable[..., Sequence[float | None]]
 
@@ -43,11 +49,45 @@ class RewardFunctionError(RuntimeError):
 
 @dataclass(frozen=True)
 class RewardSpec:
-    """One configured reward: display name, bound TRL-style callable and weight in the sum."""
+    """One configured reward: display name, bound TRL-style callable and weight in the sum.
+
+    ``objectives`` (when set) are the names of the columns a multi-objective reward returns, and
+    ``objective_weights`` their weights (default: ``weight`` each).
+    """
 
     name: str
     fn: RewardFn
     weight: float
+    objectives: tuple[str, ...] | None = None
+    objective_weights: tuple[float, ...] | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The reward-matrix columns this reward fills: its objectives, or its own name."""
+        return self.objectives if self.objectives is not None else (self.name,)
+
+    @property
+    def column_weights(self) -> tuple[float, ...]:
+        if self.objective_weights is not None:
+            return self.objective_weights
+        return (self.weight,) * len(self.columns)
+
+
+def reward_columns(specs: Sequence[RewardSpec]) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """The names and weights of the reward matrix's columns (every objective of every reward, in order).
+
+    Raises:
+        RewardLoadError: two columns share a name (rename a reward with ``name:``).
+    """
+    names = tuple(c for s in specs for c in s.columns)
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise RewardLoadError(
+                f"rewards: the objective/reward name {name!r} appears twice; give one reward a different 'name'"
+            )
+        seen.add(name)
+    return names, tuple(w for s in specs for w in s.column_weights)
 
 
 def bind_reward(id: str, params: Mapping[str, Any] | BaseModel | None = None) -> RewardFn:
@@ -75,11 +115,52 @@ def _import_callable(path: str) -> Callable[..., Any]:
     return import_callable(path, "reward", RewardLoadError)
 
 
+def _objectives(
+    id_or_path: str,
+    fn: Any,
+    declared: Sequence[str] | None,
+    weight: float,
+    objective_weights: Mapping[str, float] | None,
+) -> tuple[tuple[str, ...] | None, tuple[float, ...] | None]:
+    """The objective names (declared in the config, else by the function or its params) and their weights."""
+    params = getattr(fn, "params", None)
+    own = params.objective_names() if hasattr(params, "objective_names") else getattr(fn, "objectives", None)
+    names = tuple(declared) if declared else (tuple(own) if own else None)
+    if names is not None:
+        if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
+            raise RewardLoadError(f"reward {id_or_path!r}: objective names must be distinct strings, got {list(names)}")
+        if own and declared and not set(declared) <= set(own):
+            raise RewardLoadError(
+                f"reward {id_or_path!r}: objectives {sorted(set(declared) - set(own))} are not produced by it; "
+                f"it produces: {', '.join(own)}"
+            )
+    if objective_weights:
+        if names is None:
+            raise RewardLoadError(
+                f"reward {id_or_path!r}: objective_weights given but the reward declares no objectives "
+                f"(set 'objectives: [...]' to the names it returns)"
+            )
+        unknown = sorted(set(objective_weights) - set(names))
+        if unknown:
+            raise RewardLoadError(
+                f"reward {id_or_path!r}: objective_weights names {unknown} are not objectives; objectives: {', '.join(names)}"
+            )
+        for key, value in objective_weights.items():
+            if not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise RewardLoadError(f"reward {id_or_path!r}: objective_weights.{key} must be a finite number")
+    if names is None:
+        return None, None
+    extra = objective_weights or {}
+    return names, tuple(weight * float(extra.get(n, 1.0)) for n in names)
+
+
 def resolve_reward(
     id_or_path: str,
     params: Mapping[str, Any] | None = None,
     weight: float = 1.0,
     name: str | None = None,
+    objectives: Sequence[str] | None = None,
+    objective_weights: Mapping[str, float] | None = None,
 ) -> RewardSpec:
     """Build a :class:`RewardSpec` from a registry id or a ``package.module:function`` import path.
 
@@ -90,6 +171,10 @@ def resolve_reward(
             functions take no params: passing a non-empty ``params`` for one is an error.
         weight: weight of this reward in the combined reward (finite; 0 means "log only").
         name: display name; defaults to the registry id, or the user function's ``__name__``.
+        objectives: the objective names a multi-objective reward returns (default: the function's
+            ``objectives`` attribute or its params' ``objective_names()``; a registered reward may be
+            restricted to a subset).
+        objective_weights: per-objective factors multiplying ``weight`` (default 1 each).
 
     Raises:
         RewardLoadError: unknown id, unimportable module, missing/non-callable attribute, params given
@@ -106,7 +191,8 @@ def resolve_reward(
             )
         fn = _import_callable(id_or_path)
         display = name or getattr(fn, "__name__", None) or id_or_path
-        return RewardSpec(name=display, fn=fn, weight=float(weight))
+        names, weights = _objectives(id_or_path, fn, objectives, float(weight), objective_weights)
+        return RewardSpec(display, fn, float(weight), names, weights)
     if id_or_path not in REWARD_FUNCTIONS:
         hint = " (user functions need a colon: 'package.module:function')" if "." in id_or_path else ""
         raise RewardLoadError(
@@ -116,12 +202,21 @@ def resolve_reward(
         fn = bind_reward(id_or_path, params)
     except ValidationError as e:
         raise RewardLoadError(f"invalid params for reward {id_or_path!r}: {e}") from e
-    return RewardSpec(name=name or id_or_path, fn=fn, weight=float(weight))
+    names, weights = _objectives(id_or_path, fn, objectives, float(weight), objective_weights)
+    return RewardSpec(name or id_or_path, fn, float(weight), names, weights)
 
 
 def resolve_rewards(configs: Sequence[Any]) -> list[RewardSpec]:
-    """One :class:`RewardSpec` per ``rewards:`` block of the config (``id``, params, ``weight``, ``display_name``)."""
-    return [resolve_reward(r.id, r.params, r.weight, r.display_name) for r in configs]
+    """One :class:`RewardSpec` per ``rewards:`` block of the config (``id``, params, ``weight``, ``display_name``,
+    ``objectives``, ``objective_weights``); the column names are checked to be unique."""
+    specs = [
+        resolve_reward(
+            r.id, r.params, r.weight, r.display_name, getattr(r, "objectives", None), getattr(r, "objective_weights", None)
+        )
+        for r in configs
+    ]
+    reward_columns(specs)
+    return specs
 
 
 def _preview(value: Any, limit: int = _PREVIEW_CHARS) -> str:
@@ -161,18 +256,6 @@ def _locate_failure(
     return None
 
 
-def _to_float(value: Any) -> float | None:
-    """A reward value as float (None stays None); raises TypeError/ValueError when malformed."""
-    if value is None:
-        return None
-    if isinstance(value, str | bytes) or not (isinstance(value, numbers.Real) or hasattr(value, "__float__")):
-        raise TypeError(f"reward values must be numbers or None, got {type(value).__name__} {value!r}")
-    out = float(value)
-    if not math.isfinite(out):
-        raise ValueError(f"reward value {out} is not finite (return None for 'does not apply')")
-    return out
-
-
 def compute_rewards(
     specs: Sequence[RewardSpec],
     prompts: Sequence[Any],
@@ -181,7 +264,8 @@ def compute_rewards(
     *,
     step: int,
 ) -> torch.Tensor:
-    """Score ``N`` completions with ``K`` rewards: a float32 tensor ``[N, K]``; ``None`` becomes NaN.
+    """Score ``N`` completions: a float32 tensor ``[N, K]``, one column per objective (a single-objective reward
+    is one column; see :func:`reward_columns` for the names and weights); ``None`` becomes NaN.
 
     Each reward is called once on the whole batch as ``fn(prompts=..., completions=..., **columns)``.
 
@@ -204,8 +288,8 @@ def compute_rewards(
             raise ValueError(f"compute_rewards: column {key!r} has {len(values)} values for {n} completions")
         cols[key] = values
 
-    out = torch.empty(n, len(specs), dtype=torch.float32)
-    for k, spec in enumerate(specs):
+    columns_out: list[list[list[float]]] = []
+    for spec in specs:
         where = f"reward {spec.name!r} at step {step}"
         try:
             values = _call(spec, prompts, completions, cols)
@@ -222,26 +306,15 @@ def compute_rewards(
                 f"{where} raised on sample {i}: {type(error).__name__}: {error}; "
                 f"{_sample_detail(prompts, completions, i)}"
             ) from error
-        if hasattr(values, "tolist") and not isinstance(values, list | tuple):
-            values = values.tolist()
-        if not isinstance(values, list | tuple):
-            raise RewardFunctionError(
-                f"{where} returned {type(values).__name__}, expected a list of {n} numbers/None"
-            )
-        if len(values) != n:
-            raise RewardFunctionError(
-                f"{where} returned {len(values)} values for {n} completions; first sample: "
-                f"{_sample_detail(prompts, completions, 0) if n else '(empty batch)'}"
-            )
-        for i, value in enumerate(values):
-            try:
-                as_float = _to_float(value)
-            except (TypeError, ValueError) as e:
-                raise RewardFunctionError(
-                    f"{where} returned a bad value for sample {i}: {e}; {_sample_detail(prompts, completions, i)}"
-                ) from None
-            out[i, k] = math.nan if as_float is None else as_float
-    return out
+        try:
+            rows = value_rows(values, n, spec.objectives, lambda i: _sample_detail(prompts, completions, i))
+        except RewardValueError as e:
+            raise RewardFunctionError(f"{where} {e}") from None
+        columns_out.append(rows)
+    width = sum(len(s.columns) for s in specs)
+    if not n or not width:
+        return torch.empty(n, width, dtype=torch.float32)
+    return torch.tensor([[v for rows in columns_out for v in rows[i]] for i in range(n)], dtype=torch.float32)
 
 
 def combine_rewards(rewards: torch.Tensor, weights: Sequence[float] | torch.Tensor) -> torch.Tensor:

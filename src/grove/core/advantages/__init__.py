@@ -8,7 +8,8 @@ One module per family, each registering its estimators on import:
 * :mod:`~grove.core.advantages.reinforce_pp`: batch-whitened returns (``reinforce_pp``, ``reinforce_pp_baseline``);
 * :mod:`~grove.core.advantages.passk`: ``grpo_passk``, ``passk_analytic``;
 * :mod:`~grove.core.advantages.bnpo`: ``bnpo``;
-* :mod:`~grove.core.advantages.remax`: ``remax`` (greedy-completion baseline).
+* :mod:`~grove.core.advantages.remax`: ``remax`` (greedy-completion baseline);
+* :mod:`~grove.core.advantages.passthrough`: ``score_as_advantage`` (aggregators that already normalise, GDPO);
 * :mod:`~grove.core.advantages.gigpo`: ``gigpo``, ``episode_grpo``, ``step_discounted_return`` (agent
   experience: per-step credit from the step table ``batch.steps``).
 
@@ -16,7 +17,17 @@ Shared pieces (score check, constant-group test, the estimator signature) are in
 :mod:`~grove.core.advantages.common`.
 """
 
-from grove.core.advantages import bnpo, gigpo, gpg, group_norm, opo, passk, reinforce_pp, remax  # noqa: F401
+from grove.core.advantages import (  # noqa: F401
+    bnpo,
+    gigpo,
+    gpg,
+    group_norm,
+    opo,
+    passk,
+    passthrough,
+    reinforce_pp,
+    remax,
+)
 from grove.core.advantages.common import (
     AdvantageFn,
     AdvantageOutput,
