@@ -7,6 +7,8 @@ import runpy
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -69,3 +71,30 @@ def test_gigpo_benchmark_calibrate_and_report_on_a_tiny_model(tmp_path, monkeypa
     runpy.run_path(str(BENCHMARKS / "gigpo.py"), run_name="__main__")
     text = capsys.readouterr().out
     assert "| bench | gigpo | 1 |" in text and png.stat().st_size > 0
+
+
+def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/multi_objective.py: one seed of two aggregators on a tiny model, then the table and the PNG."""
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "model", seed=0)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent) + ":" + str(Path(__file__).parents[1] / "src"))
+    out = tmp_path / "bench"
+    overrides = [f"model.name={model}", "threads=1", "task.train_size=8", "task.eval_size=4",
+                 "rewards=[{id: 'user_rewards:two_checks'}, {id: answer_match, extract: last_number, name: acc}]",
+                 "rollout.max_new_tokens=4", "train.steps=1", "train.prompts_per_step=2",
+                 "train.completions_per_prompt=2", "checkpoint.every=10", "logging.tensorboard=false"]
+    argv = ["multi_objective.py", "run", "examples/arithmetic.yaml", "--out", str(out), "--seeds", "0",
+            "--aggregators", "sum_then_normalize", "normalize_then_sum"]
+    for o in overrides:
+        argv += ["--set", o]
+    png = tmp_path / "mo.png"
+    for args in (argv, ["multi_objective.py", "report", str(out), "--png", str(png)]):
+        monkeypatch.setattr(sys, "argv", args)
+        with pytest.raises(SystemExit) as e:
+            runpy.run_path(str(BENCHMARKS / "multi_objective.py"), run_name="__main__")
+        assert e.value.code == 0
+    printed = capsys.readouterr().out
+    assert "| `normalize_then_sum` | has_seven |" in printed and "| `sum_then_normalize` | acc |" in printed
+    assert png.stat().st_size > 0

@@ -1,0 +1,165 @@
+"""Reward aggregators compared on a multi-objective task: every objective's held-out score over training.
+
+Two sub-commands:
+
+    # for each seed, each aggregator (alternated), one `grove train` run in its own process
+    python benchmarks/multi_objective.py run examples/clinical_crpo.yaml --out runs/bench-mo-clinical \\
+        --seeds 0 1 2 --aggregators sum_then_normalize normalize_then_sum variance_weighted --set train.steps=8
+
+    # a PNG (held-out mean of each objective vs step, mean and range over seeds, one line per aggregator)
+    # and a Markdown table (start → end per objective, mean ± std over seeds)
+    python benchmarks/multi_objective.py report runs/bench-mo-clinical --png docs/img/multi_objective_clinical.png
+
+An aggregator runs with the estimator it is designed for: ``sum_then_normalize`` and ``variance_weighted`` with
+``grpo``; ``normalize_then_sum`` (GDPO, TRL's batch renormalisation) with ``score_as_advantage``. Everything else
+(model, task, rewards and their weights, sampling, budget) comes from the config and ``--set``, the same for all.
+Every run is a normal run directory (metrics.jsonl with per-objective statistics, eval.jsonl with per-objective
+held-out means), so ``grove plot`` works on each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ESTIMATOR = {"sum_then_normalize": "grpo", "normalize_then_sum": "score_as_advantage", "variance_weighted": "grpo"}
+
+
+def run(config: str, out: Path, seeds: list[int], aggregators: list[str], overrides: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for seed in seeds:
+        for aggregator in aggregators:  # alternated, so a slow period of the machine hits every aggregator
+            run_dir = out / f"{aggregator}-seed{seed}"
+            if (run_dir / "summary.json").exists():
+                print(f"skip {run_dir} (done)", flush=True)
+                continue
+            estimator = ESTIMATOR.get(aggregator, "grpo")
+            args = [sys.executable, "-m", "grove.cli", "train", config, "--set", f"seed={seed}",
+                    "--set", f"algorithm.reward_aggregation={{id: {aggregator}}}",
+                    "--set", f"algorithm.advantage={{id: {estimator}}}",
+                    "--set", f"output_dir={run_dir}", "--set", "logging.progress=false"]
+            for o in overrides:
+                args += ["--set", o]
+            if run_dir.exists():
+                args += ["--resume", str(run_dir)]
+            print(" ".join(args[1:]), flush=True)
+            subprocess.run(args, check=True)
+
+
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def collect(out: Path) -> dict[str, dict[int, list[dict]]]:
+    """``{aggregator: {seed: eval records}}`` of the finished runs under ``out``."""
+    runs: dict[str, dict[int, list[dict]]] = {}
+    for run_dir in sorted(out.iterdir()):
+        if not (run_dir / "summary.json").exists() or "-seed" not in run_dir.name:
+            continue
+        aggregator, seed = run_dir.name.rsplit("-seed", 1)
+        runs.setdefault(aggregator, {})[int(seed)] = _read(run_dir / "eval.jsonl")
+    return runs
+
+
+def objectives_of(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
+    names: dict[str, None] = {}
+    for per_seed in runs.values():
+        for records in per_seed.values():
+            for record in records:
+                for key in record:
+                    parts = key.split("/")
+                    if parts[0] == "objective" and len(parts) == 2:
+                        names.setdefault(parts[1])
+    return list(names)
+
+
+def _fmt(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def table(runs: dict[str, dict[int, list[dict]]], objectives: list[str]) -> str:
+    """Per aggregator and objective: held-out mean before training → after, mean ± std over seeds, and the change."""
+    lines = ["| aggregator | objective | before | after | change (after − before) | seeds |", "|---|---|---|---|---|---|"]
+    for aggregator, per_seed in runs.items():
+        for name in objectives:
+            key = f"objective/{name}"
+            first = [r[0][key] for r in per_seed.values() if r and key in r[0]]
+            last = [r[-1][key] for r in per_seed.values() if r and key in r[-1]]
+            deltas = [r[-1][key] - r[0][key] for r in per_seed.values() if r and key in r[0] and key in r[-1]]
+            lines.append(f"| `{aggregator}` | {name} | {_fmt(first)} | {_fmt(last)} | {_fmt(deltas)} | {len(deltas)} |")
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, dict[int, list[dict]]], objectives: list[str], png: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(3, len(objectives))
+    rows = -(-len(objectives) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, objectives, strict=False):
+        key = f"objective/{name}"
+        for aggregator, per_seed in runs.items():
+            steps = sorted({r["step"] for records in per_seed.values() for r in records if key in r})
+            means, lows, highs = [], [], []
+            for step in steps:
+                vals = [r[key] for records in per_seed.values() for r in records if r["step"] == step and key in r]
+                means.append(statistics.mean(vals))
+                lows.append(min(vals))
+                highs.append(max(vals))
+            line = ax.plot(steps, means, marker="o", label=aggregator)[0]
+            ax.fill_between(steps, lows, highs, color=line.get_color(), alpha=0.15)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.set_ylabel("held-out mean")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(objectives) :]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="train every aggregator for every seed")
+    r.add_argument("config")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    r.add_argument("--aggregators", nargs="+", default=list(ESTIMATOR))
+    r.add_argument("--set", dest="overrides", action="append", default=[])
+    p = sub.add_parser("report", help="table and PNG of finished runs")
+    p.add_argument("out", type=Path)
+    p.add_argument("--png", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        run(args.config, args.out, args.seeds, args.aggregators, args.overrides)
+        return 0
+    runs = collect(args.out)
+    if not runs:
+        print(f"no finished runs under {args.out}", file=sys.stderr)
+        return 1
+    objectives = objectives_of(runs)
+    print(table(runs, objectives))
+    if args.png:
+        plot(runs, objectives, args.png, str(args.out))
+        print(f"\nwrote {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
