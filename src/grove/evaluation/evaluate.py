@@ -64,6 +64,7 @@ def evaluate(
     sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
     generator = torch.Generator().manual_seed(0)  # unused by greedy decoding, required by the interface
     matrices: list[torch.Tensor] = []
+    eval_columns: dict[str, list] = {}
     samples: list[dict] = []
     lengths = 0
     for first in range(0, len(examples), batch_size):
@@ -73,8 +74,12 @@ def evaluate(
         )
         out = engine.generate(ids, 1, sampling, generator)
         prompts = [e.prompt_text for e in chunk]
-        values = compute_rewards(rewards, prompts, out.texts, columns_for_rewards(chunk), step=-1)
+        chunk_columns = columns_for_rewards(chunk)
+        values = compute_rewards(rewards, prompts, out.texts, chunk_columns, step=-1)
         matrices.append(values)
+        for key in set(eval_columns) | set(chunk_columns):
+            eval_columns.setdefault(key, [None] * (len(samples)))
+            eval_columns[key].extend(chunk_columns.get(key, [None] * len(chunk)))
         lengths += int(out.response_mask.sum())
         correct = (torch.nan_to_num(values[:, column], nan=0.0) >= 1.0).tolist()
         samples.extend(
@@ -87,8 +92,22 @@ def evaluate(
         samples=samples,
         seconds=time.perf_counter() - start,
         mean_length=lengths / max(len(examples), 1),
-        extra=objective_means(matrix, names) if len(names) > 1 else {},
+        extra={**(objective_means(matrix, names) if len(names) > 1 else {}), **_summaries(rewards, matrix, eval_columns)},
     )
+
+
+def _summaries(rewards: Sequence[RewardSpec], matrix: torch.Tensor, columns: dict[str, list]) -> dict[str, float]:
+    """Headline numbers a reward computes from its own column block (``fn.evaluation_summary``, e.g. IFEval's
+    prompt- and instruction-level accuracy)."""
+    out: dict[str, float] = {}
+    start = 0
+    for spec in rewards:
+        width = len(spec.columns)
+        summary = getattr(spec.fn, "evaluation_summary", None)
+        if summary is not None and matrix.shape[0]:
+            out.update(summary(matrix[:, start : start + width], list(spec.columns), columns))
+        start += width
+    return out
 
 
 def objective_means(matrix: torch.Tensor, names: Sequence[str]) -> dict[str, float]:

@@ -108,6 +108,8 @@ def bind_reward(id: str, params: Mapping[str, Any] | BaseModel | None = None) ->
     reward.__name__ = reward.__qualname__ = id
     reward.__doc__ = registered.__doc__
     reward.params = validated  # type: ignore[attr-defined]
+    if hasattr(validated, "evaluation_summary"):  # held-out headline numbers computed from the whole column block
+        reward.evaluation_summary = validated.evaluation_summary  # type: ignore[attr-defined]
     return reward
 
 
