@@ -247,3 +247,19 @@ def test_adapter_agrees_with_upstream_evaluation_functions():
                 assert got == expected, (row["key"], response, loose)
                 compared += 1
     assert compared > 500
+
+
+def test_evaluation_summary_pools_instructions_for_instruction_level_accuracy():
+    import torch
+
+    from grove.rewards.ifeval_instructions import IFEvalInstructionsParams
+
+    params = IFEvalInstructionsParams()
+    names = list(params.objective_names())
+    values = torch.full((2, len(names)), float("nan"))
+    values[:, names.index("prompt_pass")] = torch.tensor([1.0, 0.0])
+    values[:, names.index("instruction_pass")] = torch.tensor([1.0, 0.25])  # 1 of 1, and 1 of 4 followed
+    columns = {"instruction_id_list": [["punctuation:no_comma"], ["a:b", "c:d", "e:f", "g:h"]]}
+    summary = params.evaluation_summary(values, names, columns)
+    assert summary["ifeval/prompt_level_strict_accuracy"] == 0.5
+    assert summary["ifeval/instruction_level_strict_accuracy"] == 2 / 5  # pooled, not (1 + 0.25) / 2
