@@ -1,6 +1,6 @@
 """Reward functions: built-ins (registered in ``REWARD_FUNCTIONS`` on import), loading and combining."""
 
-from grove.rewards import builtin, ifeval_instructions  # noqa: F401  (registers the built-in rewards)
+from grove.rewards import builtin, clinical_objectives, ifeval_instructions  # noqa: F401  (registers the built-in rewards)
 from grove.rewards.extract import extract_answer
 from grove.rewards.scoring import (
     RewardFunctionError,

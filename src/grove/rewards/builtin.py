@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from grove.registry import REWARD_FUNCTIONS
 from grove.rewards.extract import ExtractMode, extract_answer
+from grove.rewards.values import dataset_column
 
 # --------------------------------------------------------------------------------------------
 # answer_match
@@ -127,18 +128,6 @@ def answers_equal(
     return bool(verify(gold_parsed, pred_parsed, **({} if in_main else {"timeout_seconds": None})))
 
 
-def _require_column(columns: dict[str, Any], name: str, reward: str, n: int) -> list[Any]:
-    if name not in columns:
-        raise ValueError(
-            f"reward {reward!r} needs a {name!r} dataset column; columns given: "
-            f"{', '.join(sorted(columns)) or '(none)'}"
-        )
-    values = list(columns[name])
-    if len(values) != n:
-        raise ValueError(f"reward {reward!r}: column {name!r} has {len(values)} values for {n} completions")
-    return values
-
-
 @REWARD_FUNCTIONS.register(
     "answer_match",
     params=AnswerMatchParams,
@@ -151,7 +140,7 @@ def answer_match(
 
     No extractable answer gives 0.0; a gold answer of ``None`` gives ``None`` (reward does not apply).
     """
-    golds = _require_column(columns, "answer", "answer_match", len(completions))
+    golds = dataset_column(columns, "answer", len(completions), reward="answer_match")
     cache: dict[str, list[Any]] = {}
     out: list[float | None] = []
     for completion, gold in zip(completions, golds, strict=True):

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from grove.registry import REWARD_FUNCTIONS
+from grove.rewards.values import dataset_column
 
 CATEGORIES: tuple[str, ...] = (
     "keywords",
@@ -113,22 +114,6 @@ class IFEvalInstructionsParams(BaseModel):
         return out
 
 
-def _column(columns: dict[str, Any], name: str, n: int, *, required: bool = True) -> list[Any]:
-    if name not in columns:
-        if not required:
-            return [None] * n
-        raise ValueError(
-            f"reward 'ifeval_instructions' needs a {name!r} dataset column (the 'ifeval' task provides it); "
-            f"columns given: {', '.join(sorted(columns)) or '(none)'}"
-        )
-    values = list(columns[name])
-    if len(values) != n:
-        raise ValueError(
-            f"reward 'ifeval_instructions': column {name!r} has {len(values)} values for {n} completions"
-        )
-    return values
-
-
 def _prompt_text(prompt: Any) -> str:
     """A string prompt, or the last user message of a chat."""
     if isinstance(prompt, str):
@@ -155,9 +140,9 @@ def ifeval_instructions(
     from grove.rewards import ifeval_checkers  # imports llm-eval-framework (≈0.7 s) on first use
 
     n = len(completions)
-    id_lists = _column(columns, "instruction_id_list", n)
-    kwargs_lists = _column(columns, "kwargs", n)
-    originals = _column(columns, "prompt", n, required=False)
+    id_lists = dataset_column(columns, "instruction_id_list", n, reward="ifeval_instructions", source="the 'ifeval' task")
+    kwargs_lists = dataset_column(columns, "kwargs", n, reward="ifeval_instructions", source="the 'ifeval' task")
+    originals = dataset_column(columns, "prompt", n, reward="ifeval_instructions", required=False)
     by_category = params.granularity == "category"
     out: list[dict[str, float | None]] = []
     for i, completion in enumerate(completions):

@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["RewardValueError", "to_float", "value_rows"]
+__all__ = ["RewardValueError", "dataset_column", "to_float", "value_rows"]
 
 
 class RewardValueError(ValueError):
@@ -79,3 +79,26 @@ def value_rows(
             raise RewardValueError(f"returned a bad value for sample {i}: {e}; {detail(i)}") from None
         rows.append(row)
     return rows
+
+
+def dataset_column(
+    columns: Mapping[str, Any], name: str, n: int, *, reward: str, required: bool = True, source: str = ""
+) -> list[Any]:
+    """The dataset column ``name`` as a list of ``n`` values (``None`` each when absent and not ``required``).
+
+    Raises:
+        ValueError: a required column is missing (naming the reward, the column, ``source`` — e.g. "task
+            clinical_hpo" — and the columns given), or the column's length differs from ``n``.
+    """
+    if name not in columns:
+        if not required:
+            return [None] * n
+        where = f" ({source} provides it)" if source else ""
+        raise ValueError(
+            f"reward {reward!r} needs a {name!r} dataset column{where}; columns given: "
+            f"{', '.join(sorted(columns)) or '(none)'}"
+        )
+    values = list(columns[name])
+    if len(values) != n:
+        raise ValueError(f"reward {reward!r}: column {name!r} has {len(values)} values for {n} completions")
+    return values

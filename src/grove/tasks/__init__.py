@@ -1,6 +1,6 @@
 """Tasks (train/eval prompt sets with gold answers), registered in ``TASKS`` on import."""
 
-from grove.tasks import arithmetic, files, ifeval  # noqa: F401  (register the built-in tasks)
+from grove.tasks import arithmetic, clinical, files, ifeval  # noqa: F401  (register the built-in tasks)
 from grove.tasks.task import (
     TASKS,
     Example,
