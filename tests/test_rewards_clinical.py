@@ -16,13 +16,11 @@ from grove.rewards.clinical_objectives import (
     OBJECTIVES,
     ClinicalObjectivesParams,
     clinical_objectives,
-    find_mentions,
     format_score,
-    load_lexicon,
     parse_choice,
     reasoning_text,
-    tokens,
 )
+from grove.rewards.hpo_mentions import find_mentions, load_lexicon, tokens
 
 SEIZURE = {"id": "HP:0001250", "name": "Seizure", "synonyms": ["Seizures", "Epileptic seizure"]}
 DELAY = {"id": "HP:0001263", "name": "Global developmental delay", "synonyms": []}
@@ -272,7 +270,7 @@ def test_negation_window_counts_words(lexicon_file):
 
 
 def test_words_inside_a_mention_are_not_negation_cues():
-    from grove.rewards.clinical_objectives import PhraseIndex
+    from grove.rewards.hpo_mentions import PhraseIndex
 
     index = PhraseIndex.from_terms({"T": ["Absent thumb"], "S": ["Seizure"]}, filter_common=True)
     assert find_mentions(tokens("absent thumb, seizures"), [index]) == [
