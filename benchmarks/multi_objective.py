@@ -54,15 +54,37 @@ def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def collect(out: Path) -> dict[str, dict[int, list[dict]]]:
-    """``{aggregator: {seed: eval records}}`` of the finished runs under ``out``."""
+def collect(out: Path, log: str = "eval.jsonl") -> dict[str, dict[int, list[dict]]]:
+    """``{aggregator: {seed: records of log}}`` of the finished runs under ``out``."""
     runs: dict[str, dict[int, list[dict]]] = {}
     for run_dir in sorted(out.iterdir()):
         if not (run_dir / "summary.json").exists() or "-seed" not in run_dir.name:
             continue
         aggregator, seed = run_dir.name.rsplit("-seed", 1)
-        runs.setdefault(aggregator, {})[int(seed)] = _read(run_dir / "eval.jsonl")
+        runs.setdefault(aggregator, {})[int(seed)] = _read(run_dir / log)
     return runs
+
+
+def share_table(metrics: dict[str, dict[int, list[dict]]], objectives: list[str]) -> str:
+    """Per aggregator: each objective's share of the advantage and fraction of groups with signal during training
+    (mean over steps and seeds) — which objective drives the update."""
+    header = " | ".join(objectives)
+    lines = [f"| aggregator | statistic | {header} |", "|---|---|" + "---|" * len(objectives)]
+    for aggregator, per_seed in metrics.items():
+        for stat, label in (("advantage_share", "advantage share"), ("signal_group_fraction", "groups with signal")):
+            cells = []
+            for name in objectives:
+                vals = [r[f"objective/{name}/{stat}"] for recs in per_seed.values() for r in recs
+                        if f"objective/{name}/{stat}" in r]
+                cells.append(f"{statistics.mean(vals):.2f}" if vals else "–")
+            lines.append(f"| `{aggregator}` | {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("| aggregator | groups whose score is constant (no signal under the aggregator) | steps × seeds |")
+    lines.append("|---|---|---|")
+    for aggregator, per_seed in metrics.items():
+        vals = [r["zero_std_group_fraction"] for recs in per_seed.values() for r in recs if "zero_std_group_fraction" in r]
+        lines.append(f"| `{aggregator}` | {statistics.mean(vals):.2f} | {len(vals)} |" if vals else f"| `{aggregator}` | – | 0 |")
+    return "\n".join(lines)
 
 
 def objectives_of(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
@@ -155,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     objectives = objectives_of(runs)
     print(table(runs, objectives))
+    print()
+    print(share_table(collect(args.out, "metrics.jsonl"), objectives))
     if args.png:
         plot(runs, objectives, args.png, str(args.out))
         print(f"\nwrote {args.png}")
