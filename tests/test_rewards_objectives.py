@@ -89,3 +89,10 @@ def test_accuracy_defaults_to_the_first_objective_and_may_name_an_objective():
     assert cfg.accuracy_reward_name == "short"
     with pytest.raises(ValueError, match="not a reward or objective name"):
         GroveConfig.model_validate({**_cfg(), "eval": {"accuracy_reward": "two_checks"}})
+
+
+def test_a_config_may_select_a_subset_of_a_rewards_objectives():
+    spec = resolve_reward("user_rewards:two_checks", objectives=["short"])
+    assert spec.columns == ("short",)
+    values = compute_rewards([spec], ["q", "q"], ["7", "long text"], {}, step=0)
+    assert values[:, 0].tolist() == [1.0, 0.0]

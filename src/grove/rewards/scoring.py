@@ -60,6 +60,7 @@ class RewardSpec:
     weight: float
     objectives: tuple[str, ...] | None = None
     objective_weights: tuple[float, ...] | None = None
+    unselected: frozenset[str] = frozenset()  # objectives the reward returns that the config left out
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -194,7 +195,7 @@ def resolve_reward(
         fn = _import_callable(id_or_path)
         display = name or getattr(fn, "__name__", None) or id_or_path
         names, weights = _objectives(id_or_path, fn, objectives, float(weight), objective_weights)
-        return RewardSpec(display, fn, float(weight), names, weights)
+        return RewardSpec(display, fn, float(weight), names, weights, _unselected(fn, names))
     if id_or_path not in REWARD_FUNCTIONS:
         hint = " (user functions need a colon: 'package.module:function')" if "." in id_or_path else ""
         raise RewardLoadError(
@@ -205,7 +206,14 @@ def resolve_reward(
     except ValidationError as e:
         raise RewardLoadError(f"invalid params for reward {id_or_path!r}: {e}") from e
     names, weights = _objectives(id_or_path, fn, objectives, float(weight), objective_weights)
-    return RewardSpec(name or id_or_path, fn, float(weight), names, weights)
+    return RewardSpec(name or id_or_path, fn, float(weight), names, weights, _unselected(fn, names))
+
+
+def _unselected(fn: Any, names: tuple[str, ...] | None) -> frozenset[str]:
+    """The objectives a reward declares itself that ``names`` (the config's selection) leaves out."""
+    params = getattr(fn, "params", None)
+    own = params.objective_names() if hasattr(params, "objective_names") else getattr(fn, "objectives", None)
+    return frozenset(own or ()) - frozenset(names or ())
 
 
 def resolve_rewards(configs: Sequence[Any]) -> list[RewardSpec]:
@@ -309,7 +317,9 @@ def compute_rewards(
                 f"{_sample_detail(prompts, completions, i)}"
             ) from error
         try:
-            rows = value_rows(values, n, spec.objectives, lambda i: _sample_detail(prompts, completions, i))
+            rows = value_rows(
+                values, n, spec.objectives, lambda i: _sample_detail(prompts, completions, i), spec.unselected
+            )
         except RewardValueError as e:
             raise RewardFunctionError(f"{where} {e}") from None
         columns_out.append(rows)

@@ -39,9 +39,15 @@ def _as_list(values: Any) -> Any:
 
 
 def value_rows(
-    values: Any, n: int, objectives: Sequence[str] | None, detail: Callable[[int], str]
+    values: Any,
+    n: int,
+    objectives: Sequence[str] | None,
+    detail: Callable[[int], str],
+    ignored: frozenset[str] = frozenset(),
 ) -> list[list[float]]:
     """``n`` rows of floats (NaN for None), one column per objective (one column when ``objectives`` is None).
+
+    ``ignored``: dict keys the reward produces but the config did not select (they are dropped).
 
     Raises:
         RewardValueError: not a sequence of ``n`` entries, a bad value, an unknown objective key, or a row of
@@ -61,7 +67,7 @@ def value_rows(
             if objectives is None:
                 cells: list[Any] = [value]
             elif isinstance(value, Mapping):
-                unknown = [key for key in value if key not in position]
+                unknown = [key for key in value if key not in position and key not in ignored]
                 if unknown:
                     raise ValueError(f"unknown objective(s) {unknown}; declared: {', '.join(objectives)}")
                 cells = [value.get(name) for name in objectives]
