@@ -22,10 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+from seeded_runs import train_alternated
 
 
 def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float]:
@@ -62,22 +62,8 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float
 
 
 def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    for seed in seeds:
-        for method in methods:  # alternated, so a slow period of the machine hits both methods
-            run_dir = out / f"{method}-seed{seed}"
-            if (run_dir / "summary.json").exists():
-                print(f"skip {run_dir} (done)")
-                continue
-            args = [sys.executable, "-m", "grove.cli", "train", config, "--set", f"seed={seed}",
-                    "--set", f"algorithm.advantage={{id: {method}}}", "--set", f"output_dir={run_dir}",
-                    "--set", "logging.progress=false"]
-            for o in overrides:
-                args += ["--set", o]
-            if run_dir.exists():
-                args += ["--resume", str(run_dir)]
-            print(" ".join(args[1:]), flush=True)
-            subprocess.run(args, check=True)
+    variants = {method: [f"algorithm.advantage={{id: {method}}}"] for method in methods}
+    train_alternated(config, out, seeds, variants, overrides)
 
 
 def _curves(run_dir: Path) -> tuple[list[int], list[float], list[float]]:

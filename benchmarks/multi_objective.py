@@ -22,32 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from seeded_runs import train_alternated
 
 ESTIMATOR = {"sum_then_normalize": "grpo", "normalize_then_sum": "score_as_advantage", "variance_weighted": "grpo"}
 
 
 def run(config: str, out: Path, seeds: list[int], aggregators: list[str], overrides: list[str]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    for seed in seeds:
-        for aggregator in aggregators:  # alternated, so a slow period of the machine hits every aggregator
-            run_dir = out / f"{aggregator}-seed{seed}"
-            if (run_dir / "summary.json").exists():
-                print(f"skip {run_dir} (done)", flush=True)
-                continue
-            estimator = ESTIMATOR.get(aggregator, "grpo")
-            args = [sys.executable, "-m", "grove.cli", "train", config, "--set", f"seed={seed}",
-                    "--set", f"algorithm.reward_aggregation={{id: {aggregator}}}",
-                    "--set", f"algorithm.advantage={{id: {estimator}}}",
-                    "--set", f"output_dir={run_dir}", "--set", "logging.progress=false"]
-            for o in overrides:
-                args += ["--set", o]
-            if run_dir.exists():
-                args += ["--resume", str(run_dir)]
-            print(" ".join(args[1:]), flush=True)
-            subprocess.run(args, check=True)
+    variants = {
+        aggregator: [f"algorithm.reward_aggregation={{id: {aggregator}}}",
+                     f"algorithm.advantage={{id: {ESTIMATOR.get(aggregator, 'grpo')}}}"]
+        for aggregator in aggregators
+    }
+    train_alternated(config, out, seeds, variants, overrides)
 
 
 def _read(path: Path) -> list[dict]:

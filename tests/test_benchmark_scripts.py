@@ -44,6 +44,7 @@ def test_gigpo_benchmark_calibrate_and_report_on_a_tiny_model(tmp_path, monkeypa
     from grove.models.tiny import create_tiny_model_dir
 
     model = create_tiny_model_dir(tmp_path / "model", seed=0)
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the scripts import their shared seeded_runs.py
     config = tmp_path / "c.yaml"
     config.write_text(
         f"model: {{name: {model}}}\nthreads: 1\n"
@@ -79,6 +80,7 @@ def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, mo
 
     model = create_tiny_model_dir(tmp_path / "model", seed=0)
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent) + ":" + str(Path(__file__).parents[1] / "src"))
     out = tmp_path / "bench"
     overrides = [f"model.name={model}", "threads=1", "task.train_size=8", "task.eval_size=4",
