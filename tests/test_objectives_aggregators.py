@@ -93,6 +93,17 @@ def test_sum_then_normalize_skips_nan_and_refuses_unscorable_samples():
         aggregate("sum_then_normalize", reward_batch([[NAN, NAN], [1.0, 0.0]], [0, 0]))
 
 
+def test_sum_then_normalize_is_the_weighted_nansum():
+    rows = [[1.0, 0.5], [0.0, NAN], [NAN, 2.0]]
+    assert aggregate("sum_then_normalize", reward_batch(rows, [0, 0, 0], weights=[2.0, 0.5])).scores.tolist() == [2.25, 0.0, 1.0]
+    logged_only = reward_batch([[1.0, 0.5], [0.0, 1.0], [NAN, 2.0]], [0, 0, 0], weights=[0.0, 1.0])
+    assert aggregate("sum_then_normalize", logged_only).scores.tolist() == [0.5, 1.0, 2.0]
+    with pytest.raises(ValueError, match=r"sample\(s\) 1 "):  # its only value has weight 0 (logged only)
+        aggregate("sum_then_normalize", reward_batch(rows, [0, 0, 0], weights=[0.0, 1.0]))
+    with pytest.raises(ValueError, match="1 reward_weights for 2 rewards"):
+        reward_batch(rows, [0, 0, 0], weights=[1.0])
+
+
 def test_gated_counts_behaviour_objectives_only_when_constraints_pass():
     # objectives: format (constraint), acc, style
     rows = [[1, 1, 0.5], [0, 1, 0.5], [NAN, 1, 0.5], [0.5, 0, 1]]

@@ -17,7 +17,6 @@ from grove.rewards.scoring import (
     RewardLoadError,
     RewardSpec,
     bind_reward,
-    combine_rewards,
     compute_rewards,
     resolve_reward,
 )
@@ -317,23 +316,3 @@ def test_compute_rewards_builtin_on_a_group():
     assert out.tolist() == [[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]]
 
 
-# ------------------------------------------------------------------------------------ combine_rewards
-def test_combine_rewards_weighted_nansum():
-    nan = math.nan
-    rewards = torch.tensor([[1.0, 0.5], [0.0, nan], [nan, 2.0]])
-    combined = combine_rewards(rewards, [2.0, 0.5])
-    assert combined.tolist() == pytest.approx([2.25, 0.0, 1.0])
-    assert combine_rewards(rewards, torch.tensor([0.0, 1.0])).tolist() == pytest.approx([0.5, 0.0, 2.0])
-
-
-def test_combine_rewards_all_nan_sample_errors():
-    rewards = torch.tensor([[1.0, math.nan], [math.nan, math.nan]])
-    with pytest.raises(ValueError, match=r"no reward applies to sample\(s\) 1 "):
-        combine_rewards(rewards, [1.0, 1.0])
-
-
-def test_combine_rewards_shape_errors():
-    with pytest.raises(ValueError, match="weights for 2 rewards"):
-        combine_rewards(torch.zeros(3, 2), [1.0])
-    with pytest.raises(ValueError, match=r"must be \[N, K\]"):
-        combine_rewards(torch.zeros(3), [1.0])

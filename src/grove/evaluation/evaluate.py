@@ -64,7 +64,6 @@ def evaluate(
     sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
     generator = torch.Generator().manual_seed(0)  # unused by greedy decoding, required by the interface
     matrices: list[torch.Tensor] = []
-    eval_columns: dict[str, list] = {}
     samples: list[dict] = []
     lengths = 0
     for first in range(0, len(examples), batch_size):
@@ -74,12 +73,8 @@ def evaluate(
         )
         out = engine.generate(ids, 1, sampling, generator)
         prompts = [e.prompt_text for e in chunk]
-        chunk_columns = columns_for_rewards(chunk)
-        values = compute_rewards(rewards, prompts, out.texts, chunk_columns, step=-1)
+        values = compute_rewards(rewards, prompts, out.texts, columns_for_rewards(chunk), step=-1)
         matrices.append(values)
-        for key in set(eval_columns) | set(chunk_columns):
-            eval_columns.setdefault(key, [None] * (len(samples)))
-            eval_columns[key].extend(chunk_columns.get(key, [None] * len(chunk)))
         lengths += int(out.response_mask.sum())
         correct = (torch.nan_to_num(values[:, column], nan=0.0) >= 1.0).tolist()
         samples.extend(
@@ -92,7 +87,7 @@ def evaluate(
         samples=samples,
         seconds=time.perf_counter() - start,
         mean_length=lengths / max(len(examples), 1),
-        extra={**(objective_means(matrix, names) if len(names) > 1 else {}), **_summaries(rewards, matrix, eval_columns)},
+        extra={**(objective_means(matrix, names) if len(names) > 1 else {}), **_summaries(rewards, matrix, columns_for_rewards(list(examples)))},
     )
 
 

@@ -1,4 +1,4 @@
-"""Reward functions: built-ins (registered in ``REWARD_FUNCTIONS`` on import), loading and combining."""
+"""Reward functions: built-ins (registered in ``REWARD_FUNCTIONS`` on import), loading and scoring (combining is the reward-aggregation stage, grove.core.objectives)."""
 
 from grove.rewards import builtin, clinical_objectives, ifeval_instructions  # noqa: F401  (registers the built-in rewards)
 from grove.rewards.extract import extract_answer
@@ -7,7 +7,6 @@ from grove.rewards.scoring import (
     RewardLoadError,
     RewardSpec,
     bind_reward,
-    combine_rewards,
     compute_rewards,
     resolve_reward,
     resolve_rewards,
@@ -18,7 +17,6 @@ __all__ = [
     "RewardLoadError",
     "RewardSpec",
     "bind_reward",
-    "combine_rewards",
     "compute_rewards",
     "extract_answer",
     "resolve_reward",

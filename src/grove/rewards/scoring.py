@@ -126,8 +126,7 @@ def _objectives(
     objective_weights: Mapping[str, float] | None,
 ) -> tuple[tuple[str, ...] | None, tuple[float, ...] | None]:
     """The objective names (declared in the config, else by the function or its params) and their weights."""
-    params = getattr(fn, "params", None)
-    own = params.objective_names() if hasattr(params, "objective_names") else getattr(fn, "objectives", None)
+    own = _own_objectives(fn)
     names = tuple(declared) if declared else (tuple(own) if own else None)
     if names is not None:
         if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
@@ -211,9 +210,15 @@ def resolve_reward(
 
 def _unselected(fn: Any, names: tuple[str, ...] | None) -> frozenset[str]:
     """The objectives a reward declares itself that ``names`` (the config's selection) leaves out."""
+    return frozenset(_own_objectives(fn) or ()) - frozenset(names or ())
+
+
+def _own_objectives(fn: Any) -> tuple[str, ...] | None:
+    """The objective names a reward declares itself: its params' ``objective_names()`` (registered rewards) or its
+    ``objectives`` attribute (user functions); None for a single-objective reward."""
     params = getattr(fn, "params", None)
     own = params.objective_names() if hasattr(params, "objective_names") else getattr(fn, "objectives", None)
-    return frozenset(own or ()) - frozenset(names or ())
+    return tuple(own) if own else None
 
 
 def resolve_rewards(configs: Sequence[Any]) -> list[RewardSpec]:
@@ -327,27 +332,3 @@ def compute_rewards(
     if not n or not width:
         return torch.empty(n, width, dtype=torch.float32)
     return torch.tensor([[v for rows in columns_out for v in rows[i]] for i in range(n)], dtype=torch.float32)
-
-
-def combine_rewards(rewards: torch.Tensor, weights: Sequence[float] | torch.Tensor) -> torch.Tensor:
-    """Weighted sum over rewards ignoring NaN: ``nansum(weights * rewards, dim=1)`` -> ``[N]``.
-
-    Raises:
-        ValueError: shape mismatch, or a sample whose rewards are all NaN (no reward applies to it).
-    """
-    if rewards.ndim != 2:
-        raise ValueError(f"combine_rewards: rewards must be [N, K], got shape {tuple(rewards.shape)}")
-    w = torch.as_tensor(weights, dtype=rewards.dtype, device=rewards.device)
-    if w.shape != (rewards.shape[1],):
-        raise ValueError(
-            f"combine_rewards: {tuple(w.shape)} weights for {rewards.shape[1]} rewards (shape {tuple(rewards.shape)})"
-        )
-    missing = torch.isnan(rewards).all(dim=1)  # also true for every row when K == 0
-    if bool(missing.any()):
-        bad = missing.nonzero().flatten().tolist()
-        shown = ", ".join(map(str, bad[:10])) + (", …" if len(bad) > 10 else "")
-        raise ValueError(
-            f"combine_rewards: no reward applies to sample(s) {shown} (all rewards are None/NaN); "
-            f"every sample needs at least one applicable reward"
-        )
-    return torch.nansum(rewards * w, dim=1)
