@@ -33,6 +33,7 @@ loss), so step-level credit (GiGPO) is computed on the step table and scattered 
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +53,14 @@ PER_TOKEN_FIELDS = (
 )
 
 
-STEP_FIELDS = ("sample", "group", "trajectory", "index", "anchor", "reward", "penalty", "terminal")
+def step_kind_id(name: str | None) -> int:
+    """Stable positive id of a step type name (CRC-32, 31 bits; the same in every process); 0 for none."""
+    if not name:
+        return 0
+    return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF or 1
+
+
+STEP_FIELDS = ("sample", "group", "trajectory", "index", "anchor", "reward", "penalty", "terminal", "kind")
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,10 @@ class StepTable:
       environment state (exact anchor key, no turn number, so revisited states pool);
     * ``reward``     ``[S]`` the environment reward ``r_t`` of the step;
     * ``penalty``    ``[S]`` the penalty charged to the step (``coef`` for an invalid action, else 0);
-    * ``terminal``   ``[S]`` bool: the trajectory's last step (done, failed or out of turns).
+    * ``terminal``   ``[S]`` bool: the trajectory's last step (done, failed or out of turns);
+    * ``kind``       ``[S]`` the step's type as a stable integer id (:func:`step_kind_id` of the name the
+      environment gives in ``info["step_type"]``, e.g. ``"query"`` or ``"answer"``; 0 when it gives none).
+      Step-GRPO can group corresponding steps by it. Optional when building a table: defaults to zeros.
     """
 
     sample: Tensor
@@ -78,8 +89,11 @@ class StepTable:
     reward: Tensor
     penalty: Tensor
     terminal: Tensor
+    kind: Tensor | None = None
 
     def __post_init__(self) -> None:
+        if self.kind is None:
+            object.__setattr__(self, "kind", torch.zeros_like(self.sample))
         s = self.sample.shape
         if len(s) != 1:
             raise ValueError(f"StepTable.sample must be 1-D, got shape {tuple(s)}")

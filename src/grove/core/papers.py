@@ -42,6 +42,10 @@ CRPO = (
 )
 SEARCHLLM = "Aligning Large Language Models with Searcher Preferences (SearchLLM, 2025)"
 RM_ENSEMBLES = "Reward Model Ensembles Help Mitigate Overoptimization (Coste et al., 2024)"
+R1_ROUTER = (
+    "Learning to Route Queries Across Knowledge Bases for Step-wise Retrieval-Augmented Reasoning "
+    "(R1-Router and Step-GRPO, 2025)"
+)
 GIGPO = "Group-in-Group Policy Optimization for LLM Agent Training (Feng et al., 2025)"
 
 # policy losses

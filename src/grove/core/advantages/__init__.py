@@ -11,7 +11,9 @@ One module per family, each registering its estimators on import:
 * :mod:`~grove.core.advantages.remax`: ``remax`` (greedy-completion baseline);
 * :mod:`~grove.core.advantages.passthrough`: ``score_as_advantage`` (aggregators that already normalise, GDPO);
 * :mod:`~grove.core.advantages.gigpo`: ``gigpo``, ``episode_grpo``, ``step_discounted_return`` (agent
-  experience: per-step credit from the step table ``batch.steps``).
+  experience: per-step credit from the step table ``batch.steps``);
+* :mod:`~grove.core.advantages.step_grpo`: ``step_grpo`` (R1-Router's Step-GRPO: step-specific rewards
+  normalised over corresponding steps).
 
 Shared pieces (score check, constant-group test, the estimator signature) are in
 :mod:`~grove.core.advantages.common`.
@@ -27,6 +29,7 @@ from grove.core.advantages import (  # noqa: F401
     passthrough,
     reinforce_pp,
     remax,
+    step_grpo,
 )
 from grove.core.advantages.common import (
     AdvantageFn,

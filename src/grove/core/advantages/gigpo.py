@@ -40,15 +40,16 @@ from torch import Tensor
 from grove.batch import RolloutBatch, StepTable
 from grove.core import papers
 from grove.core.advantages.common import AdvantageOutput, check_scores
-from grove.core.segments import (
-    dense_index,
-    segment_count,
-    segment_discounted_returns,
-    segment_max,
-    segment_mean,
-    segment_min,
-    segment_std,
+from grove.core.advantages.step_table_ops import (
+    Mode,
+    first_steps,
+    moments,
+    normalize_within,
+    require_steps,
+    step_output_dtype,
+    steps_to_tokens,
 )
+from grove.core.segments import dense_index, segment_discounted_returns
 from grove.registry import ADVANTAGE_ESTIMATORS
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "step_returns",
 ]
 
-Mode = Literal["mean_norm", "mean_std_norm"]
 EpisodeStatistics = Literal["steps", "trajectories"]
 Penalty = Literal["after_returns", "in_reward"]
 
@@ -117,15 +117,6 @@ class GiGPOParams(EpisodeGRPOParams):
 
 
 # --------------------------------------------------------------------------- per-step quantities
-def _require_steps(batch: RolloutBatch, name: str) -> StepTable:
-    if batch.steps is None or batch.token_steps is None:
-        raise ValueError(
-            f"advantage estimator {name!r} needs per-step environment experience (batch.steps and "
-            "batch.token_steps): use an environment experience source (agent rollouts); this batch has no step table"
-        )
-    return batch.steps
-
-
 def _rewards(steps: StepTable, penalty: Penalty) -> tuple[Tensor, Tensor]:
     """The rewards that are discounted and summed, and the penalty left to subtract afterwards (float64)."""
     reward = steps.reward.to(torch.float64)
@@ -157,54 +148,6 @@ def step_returns(steps: StepTable, gamma: float, penalty: Penalty = "after_retur
     return segment_discounted_returns(reward, steps.trajectory, steps.index, gamma) - charge
 
 
-def _normalize(
-    values: Tensor,
-    segment: Tensor,
-    num: int,
-    *,
-    mode: Mode,
-    eps: float,
-    unbiased: bool,
-    lone: Literal["raw", "zero"],
-    members: Tensor | None = None,
-) -> Tensor:
-    """``values - mean`` (``mean_norm``) or ``(values - mean) / (std + eps)`` per segment.
-
-    The statistics are taken over ``values[members]`` (all values when ``None``) and applied to every
-    value of the segment. A segment with one member: ``lone="raw"`` uses mean 0 and std 1 (verl's GRPO
-    and verl-agent's episode convention), ``lone="zero"`` gives 0 (verl-agent's singleton anchor group).
-    A segment with several members, all equal, gives exactly 0 for its values equal to them.
-    """
-    stat_values, stat_segment = (values, segment) if members is None else (values[members], segment[members])
-    count = segment_count(stat_segment, num)
-    mean = segment_mean(stat_values, stat_segment, num)
-    std = segment_std(stat_values, stat_segment, num, unbiased=unbiased)
-    low = segment_min(stat_values, stat_segment, num)
-    single = count == 1
-    if lone == "raw":
-        mean = torch.where(single, torch.zeros_like(mean), mean)
-        std = torch.where(single, torch.ones_like(std), std)
-    centered = values - mean[segment]
-    out = centered if mode == "mean_norm" else centered / (std[segment] + eps)
-    constant = (count > 1) & (segment_max(stat_values, stat_segment, num) == low)
-    zero = constant[segment] & (values == low[segment])
-    if lone == "zero":
-        zero = zero | single[segment]
-    return torch.where(zero, torch.zeros_like(out), out)
-
-
-def _first_steps(steps: StepTable) -> Tensor:
-    """``[S]`` bool: the step with the lowest turn number of each trajectory (ties: the first in the table)."""
-    perm = torch.argsort(steps.index, stable=True)
-    perm = perm[torch.argsort(steps.trajectory[perm], stable=True)]
-    sorted_traj = steps.trajectory[perm]
-    starts = torch.ones_like(sorted_traj, dtype=torch.bool)
-    starts[1:] = sorted_traj[1:] != sorted_traj[:-1]
-    first = torch.zeros_like(starts)
-    first[perm[starts]] = True
-    return first
-
-
 def episode_advantages(
     steps: StepTable,
     *,
@@ -223,8 +166,8 @@ def episode_advantages(
     """
     score = step_episode_scores(steps, penalty)
     group, num = dense_index(steps.group)
-    members = _first_steps(steps) if episode_statistics == "trajectories" else None
-    return _normalize(
+    members = first_steps(steps) if episode_statistics == "trajectories" else None
+    return normalize_within(
         score, group, num, mode=mode, eps=eps, unbiased=unbiased_std, lone="raw", members=members
     )
 
@@ -242,40 +185,18 @@ def step_advantages(
     discounted return normalised over its anchor group; a lone step in its anchor group gets 0."""
     returns = step_returns(steps, gamma, penalty)
     anchor, num = dense_index(steps.anchor)
-    return _normalize(returns, anchor, num, mode=mode, eps=eps, unbiased=unbiased_std, lone="zero")
-
-
-def _to_tokens(batch: RolloutBatch, per_step: Tensor, dtype: torch.dtype) -> Tensor:
-    """``[N, R]``: each token gets the value of the step that produced it, 0 where ``token_steps < 0``."""
-    token_steps = batch.token_steps
-    out = torch.zeros(token_steps.shape, dtype=dtype, device=token_steps.device)
-    if per_step.numel() == 0:
-        return out
-    valid = (token_steps >= 0) & batch.response_mask.bool()
-    return torch.where(valid, per_step.to(dtype)[token_steps.clamp_min(0)], out)
-
-
-def _out_dtype(scores: Tensor, steps: StepTable) -> torch.dtype:
-    reward = steps.reward.dtype if steps.reward.is_floating_point() else scores.dtype
-    return torch.promote_types(scores.dtype, reward)
-
-
-def _moments(x: Tensor) -> tuple[float, float]:
-    """Mean and population std of a 1-D tensor as floats (0 for an empty one)."""
-    if x.numel() == 0:
-        return 0.0, 0.0
-    return float(x.mean()), float(x.std(correction=0))
+    return normalize_within(returns, anchor, num, mode=mode, eps=eps, unbiased=unbiased_std, lone="zero")
 
 
 def _episode_stats(a_episode: Tensor) -> dict[str, float]:
-    mean, std = _moments(a_episode)
+    mean, std = moments(a_episode)
     return {"episode_mean": mean, "episode_std": std}
 
 
 def _step_stats(a_step: Tensor) -> dict[str, float]:
     """Mean, std and non-zero fraction of the step advantages (anchor-group sizes are the experience source's
     metrics: ``anchor_group_size_mean``, ``anchor_group_size_hist/*``, ``anchor_steps_in_shared_groups``)."""
-    mean, std = _moments(a_step)
+    mean, std = moments(a_step)
     nonzero = float((a_step != 0).to(torch.float64).mean()) if a_step.numel() else 0.0
     return {"step_mean": mean, "step_std": std, "step_nonzero_frac": nonzero}
 
@@ -295,11 +216,11 @@ def _step_stats(a_step: Tensor) -> dict[str, float]:
 )
 def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> AdvantageOutput:
     """GiGPO (Feng et al. 2025): ``A = A^E + omega A^S`` per environment step, scattered to its tokens."""
-    steps = _require_steps(batch, "gigpo")
-    dtype = _out_dtype(check_scores(batch, scores), steps)
+    steps = require_steps(batch, "gigpo")
+    dtype = step_output_dtype(check_scores(batch, scores), steps)
     a_episode = episode_advantages(steps, **params.model_dump(include=set(EpisodeGRPOParams.model_fields)))
     a_step = step_advantages(steps, **params.model_dump(exclude={"episode_statistics", "step_advantage_weight"}))
-    advantages = _to_tokens(batch, a_episode + params.step_advantage_weight * a_step, dtype)
+    advantages = steps_to_tokens(batch, a_episode + params.step_advantage_weight * a_step, dtype)
     return AdvantageOutput(advantages, {**_episode_stats(a_episode), **_step_stats(a_step)})
 
 
@@ -314,10 +235,10 @@ def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> Advantage
 )
 def episode_grpo(batch: RolloutBatch, scores: Tensor, params: EpisodeGRPOParams) -> AdvantageOutput:
     """GiGPO's episode advantage only (GRPO on trajectories); equals ``gigpo`` with ``step_advantage_weight: 0``."""
-    steps = _require_steps(batch, "episode_grpo")
-    dtype = _out_dtype(check_scores(batch, scores), steps)
+    steps = require_steps(batch, "episode_grpo")
+    dtype = step_output_dtype(check_scores(batch, scores), steps)
     a_episode = episode_advantages(steps, **params.model_dump())
-    return AdvantageOutput(_to_tokens(batch, a_episode, dtype), _episode_stats(a_episode))
+    return AdvantageOutput(steps_to_tokens(batch, a_episode, dtype), _episode_stats(a_episode))
 
 
 @ADVANTAGE_ESTIMATORS.register(
@@ -331,12 +252,12 @@ def episode_grpo(batch: RolloutBatch, scores: Tensor, params: EpisodeGRPOParams)
 )
 def step_discounted_return(batch: RolloutBatch, scores: Tensor, params: StepReturnParams) -> AdvantageOutput:
     """Discounted step returns normalised over the env group: a step-level baseline without anchor states."""
-    steps = _require_steps(batch, "step_discounted_return")
-    dtype = _out_dtype(check_scores(batch, scores), steps)
+    steps = require_steps(batch, "step_discounted_return")
+    dtype = step_output_dtype(check_scores(batch, scores), steps)
     returns = step_returns(steps, params.gamma, params.penalty)
     group, num = dense_index(steps.group)
-    a_step = _normalize(
+    a_step = normalize_within(
         returns, group, num, mode=params.mode, eps=params.eps, unbiased=params.unbiased_std, lone="raw"
     )
-    mean, std = _moments(a_step)
-    return AdvantageOutput(_to_tokens(batch, a_step, dtype), {"step_mean": mean, "step_std": std})
+    mean, std = moments(a_step)
+    return AdvantageOutput(steps_to_tokens(batch, a_step, dtype), {"step_mean": mean, "step_std": std})
