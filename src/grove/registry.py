@@ -125,6 +125,7 @@ REWARD_AGGREGATORS: Registry = Registry("reward aggregator")
 ENVIRONMENTS: Registry = Registry("environment")
 ACTION_PARSERS: Registry = Registry("action parser")
 EXPERIENCE_SOURCES: Registry = Registry("experience source")
+KNOWLEDGE_BASES: Registry = Registry("knowledge base")
 
 
 def import_callable(path: str, what: str, error: type[Exception] = ValueError) -> Callable[..., Any]:

@@ -19,7 +19,7 @@ __all__ = ["EnvConfig"]
 
 class EnvConfig(Section):
     id: str = Field(
-        description="Environment: a registry id (frozenlake, cliffwalking, taxi, sokoban, textworld) or an import "
+        description="Environment: a registry id (frozenlake, cliffwalking, taxi, sokoban, textworld, kb_routing) or an import "
         "path 'package.module:factory' returning an EnvironmentSuite."
     )
     params: dict[str, Any] = Field(default_factory=dict, description="The environment's own parameters.")
@@ -37,7 +37,8 @@ class EnvConfig(Section):
     )
     action_parser: ComponentSpec = Field(
         default_factory=lambda: ComponentSpec(id="tag"),
-        description="How model text becomes an environment action: {id: tag | admissible | raw, <param>: value}.",
+        description="How model text becomes an environment action: {id: tag | admissible | raw | first_mention | "
+        "full_text, <param>: value}.",
     )
     invalid_action_penalty: float = Field(
         0.1, ge=0.0, description="Charged to a step whose action could not be parsed (the environment is not stepped)."

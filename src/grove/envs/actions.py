@@ -8,7 +8,9 @@ Policy Optimization for LLM Agent Training").
 * ``tag``: the content of the last ``<action>...</action>`` (verl-agent's ``projection_f`` for ALFWorld asks
   for ``<think>`` then ``<action>``), checked against the admissible actions when the environment lists them;
 * ``admissible``: the admissible action closest to the answer (number, exact, or ``difflib`` fuzzy match);
-* ``raw``: the first non-empty line of the text, as is.
+* ``raw``: the first non-empty line of the text, as is;
+* ``first_mention``: the admissible action named first anywhere in the text;
+* ``full_text``: the whole text, for environments that parse replies themselves (``kb_routing``).
 
 Matching against admissible actions is done on a normalised form: lower case, whitespace collapsed, and
 surrounding quotes, backticks, brackets and a trailing period removed (so ``"[Go North]."`` matches
@@ -258,3 +260,14 @@ def first_mention_action(text: str, observation: Observation, params: MentionPar
     if not found:
         return ParsedAction(None, False, f"no admissible action named in {_preview(text)!r}")
     return ParsedAction(found[0][1], True)
+
+
+@ACTION_PARSERS.register(
+    "full_text", params=NoParams, summary="The whole answer, stripped: the environment reads and judges it"
+)
+def full_text_action(text: str, observation: Observation, params: BaseModel) -> ParsedAction:
+    """The whole answer (stripped), for environments that parse the reply themselves (``kb_routing`` reads its
+    ``<query kb=…>`` / ``<answer>`` tags, scores the format and rejects malformed replies with feedback,
+    marking them ``info["invalid_action"]``). Only an empty answer is invalid here."""
+    stripped = text.strip()
+    return ParsedAction(stripped, True) if stripped else ParsedAction(None, False, "empty answer")

@@ -13,11 +13,11 @@ Training") groups the actions taken from equal anchor keys within a group to com
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["Environment", "EnvironmentSuite", "Observation", "Transition"]
+__all__ = ["Environment", "EnvironmentSuite", "EpisodeRecord", "Observation", "Transition"]
 
 
 @dataclass(frozen=True)
@@ -59,13 +59,30 @@ class Environment(Protocol):
 
 
 @dataclass(frozen=True)
+class EpisodeRecord:
+    """What an environment's ``summarize`` hook sees of one played episode: the task, per turn the ``info``
+    the environment returned (``{}`` for a turn whose action could not be parsed: the environment was not
+    stepped) and whether the action was valid, and how the episode ended."""
+
+    task_id: int
+    infos: tuple[Mapping[str, Any], ...]
+    valid: tuple[bool, ...]
+    won: bool
+    truncated: bool
+
+
+@dataclass(frozen=True)
 class EnvironmentSuite:
     """A registered environment: how to make copies, which tasks train and which are held out.
 
     * ``make``: a fresh environment (not yet reset); called once per trajectory slot;
     * ``train_tasks`` / ``eval_tasks``: disjoint task ids (evaluation never sees a training task);
     * ``instructions``: the rules and the action format, the first part of every prompt;
-    * ``name``: for logs and docs.
+    * ``name``: for logs and docs;
+    * ``summarize``: optional, the environment's own metrics of a list of episodes (e.g. routing accuracy
+      per knowledge base); logged every training step and reported by evaluation;
+    * ``extra_eval_tasks``: optional named held-out task sets evaluated besides ``eval_tasks`` (e.g. an
+      out-of-distribution set); their metrics are reported under ``<name>/``.
     """
 
     name: str
@@ -74,10 +91,16 @@ class EnvironmentSuite:
     eval_tasks: Sequence[int]
     instructions: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    summarize: Callable[[Sequence[EpisodeRecord]], dict[str, float]] | None = None
+    extra_eval_tasks: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.train_tasks:
             raise ValueError(f"environment {self.name!r} has no training tasks")
-        overlap = set(self.train_tasks) & set(self.eval_tasks)
-        if overlap:
-            raise ValueError(f"environment {self.name!r}: tasks {sorted(overlap)[:5]} are both train and eval")
+        train = set(self.train_tasks)
+        for label, tasks in {"eval": self.eval_tasks, **self.extra_eval_tasks}.items():
+            overlap = train & set(tasks)
+            if overlap:
+                raise ValueError(
+                    f"environment {self.name!r}: tasks {sorted(overlap)[:5]} are both train and {label}"
+                )

@@ -9,6 +9,9 @@ the pydantic model it registered; a user factory is imported by path and
 * otherwise it gets the plain ``dict`` of parameters (it validates them itself).
 
 Bad parameters raise ``ValueError`` naming the offending fields and the parameters the environment takes.
+
+A factory that declares a keyword parameter ``tokenizer`` gets the policy's tokenizer (or ``None`` when
+there is none, e.g. in a unit test): environments that budget their observations in tokens use it.
 """
 
 from __future__ import annotations
@@ -57,7 +60,18 @@ def _validate(model: type[BaseModel], params: Mapping[str, Any], name: str) -> B
         raise ValueError(f"environment {name!r}: {problems}. Parameters it takes: {allowed}") from None
 
 
-def build_environment(id_or_path: str, params: Mapping[str, Any] | None = None) -> EnvironmentSuite:
+def _call(fn: Callable[..., Any], params: Any, tokenizer: Any) -> Any:
+    """``fn(params)``, plus ``tokenizer=`` when ``fn`` declares that keyword."""
+    try:
+        takes_tokenizer = "tokenizer" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes_tokenizer = False
+    return fn(params, tokenizer=tokenizer) if takes_tokenizer else fn(params)
+
+
+def build_environment(
+    id_or_path: str, params: Mapping[str, Any] | None = None, *, tokenizer: Any = None
+) -> EnvironmentSuite:
     """The suite of a registered environment id (``"sokoban"``) or of a user factory (``"my_pkg.envs:make_suite"``).
 
     Raises:
@@ -68,7 +82,7 @@ def build_environment(id_or_path: str, params: Mapping[str, Any] | None = None) 
     if ":" in id_or_path:
         fn = import_factory(id_or_path)
         model = _params_model(fn)
-        suite = fn(_validate(model, params, id_or_path)) if model is not None else fn(params)
+        suite = _call(fn, _validate(model, params, id_or_path) if model is not None else params, tokenizer)
     else:
         if id_or_path not in ENVIRONMENTS:
             close = difflib.get_close_matches(id_or_path, ENVIRONMENTS.ids(), n=1)
@@ -78,7 +92,7 @@ def build_environment(id_or_path: str, params: Mapping[str, Any] | None = None) 
                 "environment is given by import path, 'package.module:factory'"
             )
         entry = ENVIRONMENTS.entry(id_or_path)
-        suite = entry.fn(_validate(entry.params, params, id_or_path))
+        suite = _call(entry.fn, _validate(entry.params, params, id_or_path), tokenizer)
     if not isinstance(suite, EnvironmentSuite):
         raise ValueError(
             f"environment {id_or_path!r} returned {type(suite).__name__}, not an EnvironmentSuite"

@@ -29,7 +29,13 @@ from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import AccuracyReport
 from grove.experience.completions import rollout_sampling
 from grove.experience.conversation import ConversationPrompter
-from grove.experience.episode_metrics import anchor_metrics, episode_metrics, mask_coverage, rollout_timing
+from grove.experience.episode_metrics import (
+    anchor_metrics,
+    environment_summary,
+    episode_metrics,
+    mask_coverage,
+    rollout_timing,
+)
 from grove.experience.episodes import EpisodeRun, Prompter, Trajectory, run_episodes
 from grove.experience.per_step_prompts import PerStepPrompter
 from grove.experience.source import SourceContext, StepExperience
@@ -51,7 +57,7 @@ class EnvironmentSource:
             raise ValueError("experience_source: environment needs an `env` section")
         self.ctx = ctx
         self.env_cfg = cfg.env
-        self.suite = build_environment(cfg.env.id, cfg.env.params)
+        self.suite = build_environment(cfg.env.id, cfg.env.params, tokenizer=ctx.tokenizer)
         parser = ACTION_PARSERS.get(cfg.env.action_parser.id)
         parser_params = cfg.env.action_parser.validated(ACTION_PARSERS)
         self.parse = lambda text, obs: parser(text, obs, parser_params)
@@ -160,6 +166,7 @@ class EnvironmentSource:
         self, kept: list[Trajectory], runs: list[EpisodeRun], batch: RolloutBatch, rounds: int, filled: int
     ) -> dict[str, float]:
         stats = episode_metrics(kept)
+        stats.update({f"env/{k}": v for k, v in environment_summary(self.suite, kept).items()})
         stats.update(anchor_metrics(batch))
         stats.update(mask_coverage(batch))
         stats.update(rollout_timing(runs))
@@ -172,35 +179,58 @@ class EnvironmentSource:
         return stats
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self) -> EvalResult:
+    def _play_greedy(self, tasks: list[int]) -> tuple[list[Trajectory], int]:
+        """One greedy episode per held-out task (task ``t`` played with seed ``t``, a generator of its own)."""
         cfg = self.ctx.cfg
-        start = time.perf_counter()
-        tasks = list(self.suite.eval_tasks)[: cfg.eval.max_examples]
         sampling = dataclasses.replace(
-            self.sampling, temperature=0.0, top_k=0, top_p=1.0, max_new_tokens=cfg.eval.max_new_tokens or self.sampling.max_new_tokens
+            self.sampling,
+            temperature=0.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=cfg.eval.max_new_tokens or self.sampling.max_new_tokens,
         )
         trajectories: list[Trajectory] = []
         tokens = 0
         with autocast(cfg.train.precision):
             for first in range(0, len(tasks), cfg.eval.batch_size):
                 chunk = tasks[first : first + cfg.eval.batch_size]
-                # held-out task t is played with seed t; greedy decoding, a generator of its own
                 run = self.play([(t, t) for t in chunk], 1, sampling, torch.Generator().manual_seed(0))
                 trajectories.extend(run.trajectories)
                 tokens += run.generated_tokens
-        report = AccuracyReport.from_scores([1.0 if t.won else 0.0 for t in trajectories])
+        return trajectories, tokens
+
+    def _eval_metrics(self, trajectories: list[Trajectory]) -> dict[str, float]:
         m = episode_metrics(trajectories)
-        extra = {
-            "success_rate": report.accuracy,
+        return {
+            "success_rate": m["success_rate"],
             "mean_turns": m["turns_per_episode"],
             "mean_return": m["episode_return_mean"],
             "invalid_action_rate": m["invalid_action_rate"],
+            **environment_summary(self.suite, trajectories),
         }
+
+    def evaluate(self) -> EvalResult:
+        """Greedy episodes on the held-out tasks (and on each of the suite's extra evaluation sets, whose
+        metrics are reported as ``<set>/<metric>``), up to ``eval.max_examples`` tasks per set."""
+        cfg = self.ctx.cfg
+        start = time.perf_counter()
+        trajectories, tokens = self._play_greedy(list(self.suite.eval_tasks)[: cfg.eval.max_examples])
+        report = AccuracyReport.from_scores([1.0 if t.won else 0.0 for t in trajectories])
+        extra = self._eval_metrics(trajectories)
+        samples = [t.record() for t in trajectories]
+        for name, tasks in self.suite.extra_eval_tasks.items():
+            more, more_tokens = self._play_greedy(list(tasks)[: cfg.eval.max_examples])
+            if not more:
+                continue
+            tokens += more_tokens
+            extra.update({f"{name}/{k}": v for k, v in self._eval_metrics(more).items()})
+            extra[f"{name}/episodes"] = float(len(more))
+            samples.extend({**t.record(), "eval_set": name} for t in more)
         return EvalResult(
             report=report,
-            samples=[t.record() for t in trajectories],
+            samples=samples,
             seconds=time.perf_counter() - start,
-            mean_length=tokens / max(len(trajectories), 1),
+            mean_length=tokens / max(len(samples), 1),
             extra=extra,
         )
 

@@ -7,9 +7,17 @@ from collections.abc import Sequence
 import torch
 
 from grove.batch import RolloutBatch
+from grove.envs.base import EnvironmentSuite, EpisodeRecord
 from grove.experience.episodes import EpisodeRun, Trajectory
 
-__all__ = ["ANCHOR_SIZE_BINS", "anchor_metrics", "episode_metrics", "mask_coverage", "rollout_timing"]
+__all__ = [
+    "ANCHOR_SIZE_BINS",
+    "anchor_metrics",
+    "environment_summary",
+    "episode_metrics",
+    "mask_coverage",
+    "rollout_timing",
+]
 
 #: upper edges of the anchor-group size histogram bins (the last bin is open)
 ANCHOR_SIZE_BINS = (1, 2, 4, 8)
@@ -24,7 +32,7 @@ def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "episode_return_mean": sum(t.episode_return for t in trajectories) / n,
         "turns_per_episode": sum(turns) / n,
         "turns_per_episode_max": float(max(turns, default=0)),
-        "invalid_action_rate": sum(not a.parsed.valid for a in actions) / max(len(actions), 1),
+        "invalid_action_rate": sum(a.invalid for a in actions) / max(len(actions), 1),
         "episodes": float(len(trajectories)),
         "episodes_truncated_fraction": sum(t.truncated for t in trajectories) / n,
         "context_overflow_fraction": sum(t.context_overflow for t in trajectories) / n,
@@ -66,3 +74,20 @@ def mask_coverage(batch: RolloutBatch) -> dict[str, float]:
     """Fraction of the response tokens the forward sees that are in the loss (the rest are environment tokens)."""
     seen = float(batch.response_mask.sum())
     return {"loss_mask_coverage": float(batch.loss_mask.sum()) / max(seen, 1.0)}
+
+
+def environment_summary(suite: EnvironmentSuite, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """The environment's own metrics of these episodes (its ``summarize`` hook), ``{}`` when it has none."""
+    if suite.summarize is None or not trajectories:
+        return {}
+    records = [
+        EpisodeRecord(
+            task_id=t.task_id,
+            infos=tuple(turn.info for turn in t.turns),
+            valid=tuple(not turn.invalid for turn in t.turns),
+            won=t.won,
+            truncated=t.truncated,
+        )
+        for t in trajectories
+    ]
+    return {k: float(v) for k, v in suite.summarize(records).items()}

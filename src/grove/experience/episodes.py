@@ -4,6 +4,8 @@ Every turn generates for **all still-running environments at once** (one ``engin
 their contexts); an environment that is done drops out of generation (verl-agent keeps generating for
 finished ones). The model's text is parsed into an action (:mod:`grove.envs.actions`); an invalid action
 does not step the environment (the state, hence the anchor, stays) and is charged the configured penalty.
+A well-formed action the environment itself rejects (it returns ``info["invalid_action"] = True``, e.g.
+an unknown knowledge base) is charged the same penalty and counted as invalid too.
 An environment that raises, in ``reset`` or ``step``, ends its own trajectory as failed; the error is
 counted and its traceback logged once per (environment, exception type); the other episodes go on.
 
@@ -46,6 +48,11 @@ class Turn:
     done: bool
     finish_reason: str
     info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def invalid(self) -> bool:
+        """The action could not be parsed, or the environment rejected it (``info["invalid_action"]``)."""
+        return not self.parsed.valid or bool(self.info.get("invalid_action", False))
 
 
 @dataclass
@@ -127,7 +134,7 @@ class Trajectory:
                     "anchor": repr(t.observation.anchor),
                     "model_text": t.text,
                     "action": t.parsed.action,
-                    "valid": t.parsed.valid,
+                    "valid": not t.invalid,
                     "reward": t.reward,
                     "penalty": t.penalty,
                 }
@@ -244,7 +251,7 @@ def run_episodes(
                 text=out.texts[row],
                 parsed=parsed,
                 reward=float(reward),
-                penalty=0.0 if parsed.valid else invalid_penalty,
+                penalty=invalid_penalty if (not parsed.valid or info.get("invalid_action")) else 0.0,
                 done=bool(done),
                 finish_reason=out.finish_reasons[row],
                 info=dict(info),

@@ -18,13 +18,20 @@ from collections.abc import Sequence
 
 import torch
 
-from grove.batch import RolloutBatch, StepTable
+from grove.batch import RolloutBatch, StepTable, step_kind_id
 from grove.experience.anchors import anchor_ids
 from grove.experience.episodes import Trajectory
 
 __all__ = ["REWARD_COLUMNS", "trajectories_to_batch"]
 
 REWARD_COLUMNS = ("env_reward", "episode_return", "invalid_penalty")
+
+
+def _step_type(turn) -> str | None:
+    """The environment's ``info["step_type"]``; ``"invalid"`` for an action that could not be parsed."""
+    if "step_type" in turn.info:
+        return str(turn.info["step_type"])
+    return None if turn.parsed.valid else "invalid"
 
 
 def _left(rows: Sequence[Sequence], width: int, pad) -> list[list]:
@@ -46,7 +53,7 @@ def trajectories_to_batch(
     prompts, responses, logprobs, token_turns = [], [], [], []
     sample_group, sample_traj, sample_first_turn, sample_truncated = [], [], [], []
     reward_rows, scores = [], []
-    step_rows = {k: [] for k in ("sample", "group", "trajectory", "index", "reward", "penalty", "terminal")}
+    step_rows = {k: [] for k in ("sample", "group", "trajectory", "index", "reward", "penalty", "terminal", "kind")}
     anchor_keys, anchor_texts = [], []
     for traj in trajectories:
         if not traj.samples:
@@ -67,6 +74,7 @@ def trajectories_to_batch(
                 step_rows["reward"].append(turn.reward)
                 step_rows["penalty"].append(turn.penalty)
                 step_rows["terminal"].append(t == len(traj.turns) - 1)
+                step_rows["kind"].append(step_kind_id(_step_type(turn)))
                 anchor_keys.append(turn.observation.anchor)
                 anchor_texts.append(turn.observation.text)
             prompts.append(sample.prompt_ids)
@@ -98,6 +106,7 @@ def trajectories_to_batch(
         reward=torch.tensor(step_rows["reward"], dtype=torch.float32),
         penalty=torch.tensor(step_rows["penalty"], dtype=torch.float32),
         terminal=torch.tensor(step_rows["terminal"], dtype=torch.bool),
+        kind=torch.tensor(step_rows["kind"], dtype=torch.long),
     )
     batch = RolloutBatch(
         prompt_ids=torch.tensor(_left(prompts, p_width, pad_token_id), dtype=torch.long),

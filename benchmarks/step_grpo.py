@@ -1,0 +1,186 @@
+"""Outcome-only GRPO vs Step-GRPO (vs GiGPO) on knowledge-base routing: same seeds, same budget.
+
+Three sub-commands:
+
+    # the base model on the training questions: valid replies, searches, routing, answers (sampling as in training)
+    python benchmarks/step_grpo.py calibrate examples/kb_routing_step_grpo.yaml --groups 8
+
+    # the comparison: for each seed, each method (alternated), one `grove train` run in its own process
+    python benchmarks/step_grpo.py run examples/kb_routing_step_grpo.yaml --out runs/bench-step-grpo \\
+        --seeds 0 1 2 --methods outcome_grpo step_grpo gigpo --set train.steps=12 --set eval.every=6
+
+    # a PNG (held-out answer accuracy, routing accuracy and searches per question vs step, mean and range over
+    # seeds) and a Markdown table
+    python benchmarks/step_grpo.py report runs/bench-step-grpo --png docs/img/step_grpo.png
+
+Methods (each a bundle of `--set` values on top of the config):
+
+* ``outcome_grpo``: ``episode_grpo`` with ``env.params.reward_mode=outcome`` (the answer's correctness only,
+  Search-R1's reward, GRPO over whole trajectories);
+* ``step_grpo``: ``step_grpo`` (type-and-ordinal grouping) with the step rewards;
+* ``gigpo``: ``gigpo`` with the step rewards (episode score = sum of the step rewards, anchor = searches so far).
+
+Every run is a normal run directory (metrics.jsonl, eval.jsonl), so `grove plot` works on each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from seeded_runs import train_alternated
+
+METHODS = {
+    "outcome_grpo": ["algorithm.advantage={id: episode_grpo, episode_statistics: trajectories, mode: mean_std_norm}",
+                     "env.params.reward_mode=outcome"],
+    "step_grpo": ["algorithm.advantage={id: step_grpo}", "env.params.reward_mode=step"],
+    "gigpo": ["algorithm.advantage={id: gigpo}", "env.params.reward_mode=step"],
+}
+
+#: held-out metrics shown per run (eval.jsonl keys), with their labels
+HELD_OUT = {
+    "answer_accuracy": "answer accuracy",
+    "routing_accuracy": "routing accuracy",
+    "searches_per_question": "searches / question",
+}
+
+
+def calibrate(config: str, overrides: list[str], groups: int) -> dict:
+    """Episodes of the base model on the first ``groups`` training questions (G each, sampling as in training)."""
+    import grove.builtin_components  # noqa: F401
+    from grove.config import load_config
+    from grove.experience import SourceContext, build_experience_source
+    from grove.experience.episode_metrics import environment_summary, episode_metrics
+    from grove.infra.runtime import configure_runtime
+    from grove.models.pretrained import load_policy
+    from grove.rollout.hf_engine import TransformersEngine
+
+    cfg = load_config(config, overrides)
+    configure_runtime(cfg.threads, cfg.host_allocator)
+    model, tokenizer = load_policy(cfg.model.name)
+    source = build_experience_source(
+        SourceContext.for_evaluation(cfg, TransformersEngine(model, tokenizer), tokenizer)
+    )
+    start = time.perf_counter()
+    tasks = list(source.suite.train_tasks)[:groups]
+    run = source.play([(t, t) for t in tasks], cfg.train.completions_per_prompt, source.sampling)
+    out: dict = {**episode_metrics(run.trajectories), **environment_summary(source.suite, run.trajectories)}
+    step_types: dict[str, int] = {}
+    for traj in run.trajectories:
+        for turn in traj.turns:
+            kind = turn.info.get("step_type", "unparsed")
+            step_types[kind] = step_types.get(kind, 0) + 1
+    out["step_types"] = step_types
+    out["groups_with_varying_return"] = sum(
+        len({t.episode_return for t in run.trajectories if t.group == g}) > 1 for g in range(len(tasks))
+    ) / max(len(tasks), 1)
+    out["generation_seconds"] = run.generation_seconds
+    out["environment_seconds"] = run.environment_seconds
+    out["seconds"] = time.perf_counter() - start
+    out["example_replies"] = [t.text for traj in run.trajectories[:4] for t in traj.turns[:2]]
+    return out
+
+
+def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str]) -> None:
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        raise SystemExit(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+    train_alternated(config, out, seeds, {m: METHODS[m] for m in methods}, overrides)
+
+
+def _evals(run_dir: Path) -> list[dict]:
+    path = run_dir / "eval.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _runs(d: Path) -> dict[str, list[Path]]:
+    runs: dict[str, list[Path]] = {}
+    for r in sorted(d.glob("*-seed*")):
+        if (r / "metrics.jsonl").exists() and _evals(r):
+            runs.setdefault(r.name.rsplit("-seed", 1)[0], []).append(r)
+    return runs
+
+
+def _fmt(xs: list[float], scale: float = 100.0, unit: str = "%") -> str:
+    return f"{scale * statistics.mean(xs):.1f}{unit} ({', '.join(f'{scale * x:.0f}' for x in xs)})"
+
+
+def report(d: Path, png: Path | None) -> str:
+    """A table (held-out before → after per metric, OOD quiz after, training seconds per step) and the curves."""
+    runs = _runs(d)
+    lines = [
+        "| method | seeds | answer acc. before → after | routing acc. before → after | searches/question before → after "
+        "| quiz answer acc. after | s/step (median) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for method, rs in runs.items():
+        cells = []
+        for key in HELD_OUT:
+            before = [_evals(r)[0].get(key, 0.0) for r in rs]
+            after = [_evals(r)[-1].get(key, 0.0) for r in rs]
+            if key == "searches_per_question":
+                cells.append(f"{statistics.mean(before):.2f} → {statistics.mean(after):.2f} "
+                             f"({', '.join(f'{x:.2f}' for x in after)})")
+            else:
+                cells.append(f"{100 * statistics.mean(before):.1f}% → {_fmt(after)}")
+        quiz = [_evals(r)[-1].get("quiz/answer_accuracy") for r in rs]
+        quiz_cell = _fmt([q for q in quiz if q is not None]) if all(q is not None for q in quiz) else "–"
+        secs = [statistics.median(json.loads(x)["step_seconds"] for x in (r / "metrics.jsonl").read_text().splitlines())
+                for r in rs]
+        lines.append(f"| {method} | {len(rs)} | {' | '.join(cells)} | {quiz_cell} | {statistics.median(secs):.1f} |")
+    if png is not None and runs:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(HELD_OUT), figsize=(5 * len(HELD_OUT), 3.8), squeeze=False)
+        for ax, (key, label) in zip(axes[0], HELD_OUT.items(), strict=True):
+            for method, rs in runs.items():
+                curves = [[(e["step"], e.get(key, 0.0)) for e in _evals(r)] for r in rs]
+                n = min(len(c) for c in curves)
+                steps = [curves[0][i][0] for i in range(n)]
+                values = [[c[i][1] for c in curves] for i in range(n)]
+                line = ax.plot(steps, [statistics.mean(v) for v in values], marker="o",
+                               label=f"{method} ({len(rs)} seeds)")[0]
+                ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], alpha=0.2,
+                                color=line.get_color())
+            ax.set_title(f"held-out {label}")
+            ax.set_xlabel("step")
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        png.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(png, dpi=90)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("calibrate", help="the base model's episodes on training questions")
+    c.add_argument("config")
+    c.add_argument("--groups", type=int, default=8)
+    c.add_argument("--set", dest="overrides", action="append", default=[])
+    r = sub.add_parser("run", help="train every method on every seed, alternated")
+    r.add_argument("config")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    r.add_argument("--methods", nargs="+", default=list(METHODS))
+    r.add_argument("--set", dest="overrides", action="append", default=[])
+    p = sub.add_parser("report", help="table and PNG from run directories")
+    p.add_argument("dir", type=Path)
+    p.add_argument("--png", type=Path)
+    args = parser.parse_args()
+    if args.command == "calibrate":
+        print(json.dumps(calibrate(args.config, args.overrides, args.groups), indent=1))
+    elif args.command == "run":
+        run(args.config, args.out, args.seeds, args.methods, args.overrides)
+    else:
+        print(report(args.dir, args.png))
+
+
+if __name__ == "__main__":
+    main()

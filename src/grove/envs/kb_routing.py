@@ -1,0 +1,360 @@
+"""``kb_routing``: answer a question by routing follow-up queries to the right knowledge base (R1-Router).
+
+Each reply of the model is one step: ``<think>…</think>`` then either ``<query kb="NAME">search terms</query>``
+(the environment searches knowledge base NAME and shows the top ``top_k`` passages, truncated to
+``passage_token_budget`` tokens of the policy's tokenizer) or ``<answer>…</answer>`` (the episode ends).
+The rollout caps the number of steps (``env.max_turns``). A reply with neither tag, an empty one, or an
+unknown knowledge base is an invalid action: the state does not change, the step is charged
+``env.invalid_action_penalty`` and the model is told what was wrong.
+
+Questions come from :func:`grove.knowledge.routing_questions` (gold route and a gold (KB, sub-question,
+answers) per hop; splits by entity), plus the out-of-distribution quiz set (Debian ``bsdgames``) as the
+extra evaluation set ``quiz`` when it is installed. Knowledge bases are built once per process and
+cached on disk (:mod:`grove.knowledge`); the names the model uses (``text``, ``tables``, ``medical``)
+map to registry ids in ``knowledge_bases``. Answering directly is the "none" route.
+
+Step rewards are in :mod:`grove.envs.kb_routing_rewards`. The step type (``info["step_type"]``: ``query``,
+``answer`` or ``invalid``) lets Step-GRPO compare corresponding steps. The anchor state (GiGPO) is the
+question and the searches done so far (knowledge base and normalised terms), so trajectories that issued
+the same searches share a state. ``summarize`` gives answer accuracy, routing accuracy, retrieval hit rate,
+searches per question, unnecessary searches and invalid actions, overall and per knowledge base.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from grove.envs.base import EnvironmentSuite, EpisodeRecord, Observation, Transition
+from grove.envs.kb_routing_rewards import (
+    AnswerMetric,
+    StepRewardWeights,
+    answer_score,
+    format_ok,
+    parse_reply,
+    passages_hit,
+    query_similarity,
+)
+from grove.knowledge import (
+    DEFAULT_KB_IDS,
+    KnowledgeBase,
+    RoutingQuestion,
+    RoutingQuestionParams,
+    build_knowledge_base,
+    quiz_questions,
+    routing_questions,
+)
+from grove.knowledge.text_match import normalize_answer
+from grove.registry import ENVIRONMENTS
+
+__all__ = ["KbRoutingEnv", "KbRoutingParams", "kb_routing_suite"]
+
+NONE_ROUTE = "none"
+
+
+class KbRoutingParams(BaseModel):
+    """Parameters of the ``kb_routing`` environment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    knowledge_bases: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {name: {"id": kb_id} for name, kb_id in DEFAULT_KB_IDS.items()},
+        description="Name the model uses -> {id: registry id, <param>: value}. The built-in questions route to "
+        "'text', 'tables' and 'medical'; e.g. {text: {id: wikipedia_text, retriever: dense}} for dense retrieval.",
+    )
+    questions: dict[str, Any] = Field(
+        default_factory=dict, description="Parameters of the question builder (grove.knowledge.RoutingQuestionParams)."
+    )
+    eval_split: Literal["validation", "test"] = Field("test", description="Held-out split played by evaluation.")
+    quiz_eval: bool = Field(
+        True, description="Also evaluate on the out-of-distribution bsdgames quiz set (as 'quiz/…') when installed."
+    )
+    max_train_questions: int | None = Field(None, ge=1, description="Use only the first N training questions.")
+    max_eval_questions: int | None = Field(None, ge=1, description="Use only the first N held-out questions per set.")
+    demonstration: bool = Field(
+        True,
+        description="Add a worked example of the reply format to the instructions (a question of no built-in "
+        "category; small models otherwise rarely write the tags).",
+    )
+    top_k: int = Field(3, ge=1, le=20, description="Passages returned per search.")
+    passage_token_budget: int = Field(
+        160, ge=1, description="Tokens of search results shown per search (policy tokenizer; words without one)."
+    )
+    reward_mode: Literal["step", "outcome"] = Field(
+        "step",
+        description="'step': every step gets its own reward (routing, retrieval hit, query similarity, call cost, "
+        "format; answer, format); 'outcome': only the answer's correctness, on the answer step (Search-R1's reward).",
+    )
+    rewards: StepRewardWeights = Field(default_factory=StepRewardWeights, description="Weights of the reward parts.")
+    answer_metric: AnswerMetric = Field(
+        "token_recall",
+        description="Answer correctness: 'exact_match', 'token_f1' or 'token_recall' (R1-Router's) against any gold "
+        "answer (normalised). An episode is won when it is 1.",
+    )
+    max_answer_words: int = Field(12, ge=1, description="Answers longer than this many words score 0.")
+    query_similarity: Literal["token_f1", "embedding"] = Field(
+        "token_f1",
+        description="How the query_similarity part compares the query with the gold sub-question: token F1, or "
+        "the cosine of all-MiniLM-L6-v2 sentence embeddings (R1-Router uses BGE embeddings).",
+    )
+
+    @field_validator("knowledge_bases")
+    @classmethod
+    def _check_kbs(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, spec in v.items():
+            if not name.replace("_", "").replace("-", "").isalnum() or name != name.lower():
+                raise ValueError(f"knowledge base name {name!r} must be lower-case letters, digits, '_' or '-'")
+            if name == NONE_ROUTE:
+                raise ValueError("'none' is not a knowledge base: answering directly is the none route")
+            if not isinstance(spec, dict) or "id" not in spec:
+                raise ValueError(f"knowledge_bases.{name} must be a mapping with an 'id' (a knowledge base registry id)")
+        return v
+
+
+class _Shared:
+    """What every copy of the environment shares: questions, knowledge bases, token counting, settings."""
+
+    def __init__(
+        self,
+        params: KbRoutingParams,
+        questions: Sequence[RoutingQuestion],
+        tokenizer: Any,
+        kbs: dict[str, KnowledgeBase] | None = None,
+    ) -> None:
+        self.params = params
+        self.questions = list(questions)
+        self.kbs = kbs if kbs is not None else {
+            name: build_knowledge_base(spec["id"], {k: v for k, v in spec.items() if k != "id"})
+            for name, spec in params.knowledge_bases.items()
+        }
+        self.tokenizer = tokenizer
+        self._encode = None
+
+    def truncate(self, text: str) -> str:
+        """``text`` cut to ``passage_token_budget`` tokens (of the policy tokenizer, else whitespace words)."""
+        budget = self.params.passage_token_budget
+        if self.tokenizer is None:
+            words = text.split(" ")
+            return text if len(words) <= budget else " ".join(words[:budget]) + " …"
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return text if len(ids) <= budget else self.tokenizer.decode(ids[:budget]) + " …"
+
+    def similarity(self, query: str, gold_query: str) -> float:
+        if self.params.query_similarity == "embedding" and self._encode is None:
+            from grove.knowledge.sentence_embeddings import encode_texts
+
+            self._encode = encode_texts
+        return query_similarity(query, gold_query, self.params.query_similarity, self._encode)
+
+
+class KbRoutingEnv:
+    """One copy of the routing environment (state: the question, the searches done, the gold hops covered)."""
+
+    def __init__(self, shared: _Shared) -> None:
+        self.shared = shared
+        self.question: RoutingQuestion | None = None
+        self.searches: list[tuple[str, str]] = []
+        self.covered: list[bool] = []
+        self.task_id = -1
+
+    # ------------------------------------------------------------------ observations
+    def _observation(self, text: str) -> Observation:
+        anchor = (self.task_id, tuple(self.searches))
+        return Observation(text=text, anchor=anchor)
+
+    def reset(self, task_id: int, seed: int) -> Observation:
+        self.task_id = task_id
+        self.question = self.shared.questions[task_id]
+        self.searches = []
+        self.covered = [False] * len(self.question.steps)
+        return self._observation(f"Question: {self.question.question}")
+
+    def _current_hop(self) -> int | None:
+        return next((i for i, done in enumerate(self.covered) if not done), None)
+
+    def _base_info(self) -> dict[str, Any]:
+        q = self.question
+        return {"route": q.route, "category": q.category, "question_kb": q.steps[0].kb if q.steps else NONE_ROUTE}
+
+    # ------------------------------------------------------------------ step
+    def step(self, action: str) -> Transition:
+        if self.question is None:
+            raise RuntimeError("kb_routing: step() before reset()")
+        reply = parse_reply(action)
+        fmt = 1.0 if format_ok(action) else 0.0
+        if reply.kind == "query" and reply.kb not in self.shared.kbs:
+            known = ", ".join(sorted(self.shared.kbs))
+            reply = type(reply)("invalid", reason=f"unknown knowledge base {reply.kb!r} (known: {known})")
+        if reply.kind == "invalid":
+            info = {**self._base_info(), "step_type": "invalid", "invalid_action": True, "reason": reply.reason}
+            text = f"Invalid reply: {reply.reason}. Reply with <query kb=\"NAME\">…</query> or <answer>…</answer>."
+            return Transition(self._observation(text), 0.0, False, info)
+        if reply.kind == "answer":
+            return self._answer(reply.text, fmt)
+        return self._query(reply.kb, reply.text, fmt)
+
+    def _weights(self) -> StepRewardWeights:
+        w = self.shared.params.rewards
+        if self.shared.params.reward_mode == "outcome":
+            return StepRewardWeights(routing=0, retrieval_hit=0, query_similarity=0, call_cost=0, answer=w.answer, format=0)
+        return w
+
+    def _query(self, kb: str, terms: str, fmt: float) -> Transition:
+        p, q, w = self.shared.params, self.question, self._weights()
+        hop = self._current_hop()
+        gold = q.steps[hop] if hop is not None else None
+        passages = self.shared.kbs[kb].search(terms, p.top_k)
+        lines = [f"[{i}] {ps.title}: {ps.text}" for i, ps in enumerate(passages, start=1)]
+        shown = self.shared.truncate("\n".join(lines)) if lines else "(no results)"
+        open_hops = [i for i, done in enumerate(self.covered) if not done]
+        hits = [i for i in open_hops if passages_hit(shown, q.steps[i].answers)]
+        for i in hits:
+            self.covered[i] = True
+        parts = {
+            "routing": float(gold is not None and kb == gold.kb),
+            "retrieval_hit": float(bool(hits)),
+            "query_similarity": self._similarity(terms, gold, w),
+            "call_cost": -1.0,
+            "format": fmt,
+        }
+        reward = sum(getattr(w, name) * value for name, value in parts.items())
+        self.searches.append((kb, normalize_answer(terms)))
+        info = {
+            **self._base_info(),
+            "step_type": "query",
+            "kb": kb,
+            "gold_kb": gold.kb if gold is not None else NONE_ROUTE,
+            "routing_correct": bool(parts["routing"]),
+            "hit": bool(hits),
+            "reward_parts": parts,
+        }
+        text = f'Results from {kb} for "{terms}":\n{shown}'
+        return Transition(self._observation(text), float(reward), False, info)
+
+    def _similarity(self, terms: str, gold: Any, w: StepRewardWeights) -> float:
+        """Query vs gold sub-question; embeddings are computed only when the part is weighted (token F1 always)."""
+        if gold is None or (w.query_similarity == 0 and self.shared.params.query_similarity == "embedding"):
+            return 0.0
+        return self.shared.similarity(terms, gold.sub_question)
+
+    def _answer(self, text: str, fmt: float) -> Transition:
+        p, q, w = self.shared.params, self.question, self._weights()
+        score = answer_score(text, q.answers, p.answer_metric, p.max_answer_words)
+        parts = {"answer": score, "format": fmt}
+        reward = w.answer * score + w.format * fmt
+        info = {
+            **self._base_info(),
+            "step_type": "answer",
+            "answer": text,
+            "answer_score": score,
+            "won": score >= 1.0,
+            "searches": len(self.searches),
+            "reward_parts": parts,
+        }
+        return Transition(self._observation("The episode is over."), float(reward), True, info)
+
+
+# --------------------------------------------------------------------------- metrics
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def summarize_episodes(records: Sequence[EpisodeRecord], questions: Sequence[RoutingQuestion]) -> dict[str, float]:
+    """Routing metrics of played episodes, overall and per knowledge base (``kb/<name>/<metric>``).
+
+    Episode metrics (answer accuracy, searches per question, answered fraction, first-route accuracy: the
+    first action goes to the gold KB of the first hop, or answers directly when none is needed) are grouped
+    by the question's first gold KB (``none`` for a question that needs no search); step metrics (routing
+    accuracy, retrieval hit rate) by the gold KB of the hop the query was for (``none``: an unnecessary
+    search, never correct).
+    """
+    episodes: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for rec in records:
+        q = questions[rec.task_id]
+        first_kb = q.steps[0].kb if q.steps else NONE_ROUTE
+        infos = [i for i, ok in zip(rec.infos, rec.valid, strict=True) if ok]
+        queries = [i for i in infos if i.get("step_type") == "query"]
+        answered = [i for i in infos if i.get("step_type") == "answer"]
+        first = infos[0] if infos else None
+        first_route = (first or {}).get("kb", NONE_ROUTE) if first and first.get("step_type") == "query" else (
+            NONE_ROUTE if first else None
+        )
+        for key in ("all", f"kb/{first_kb}"):
+            e = episodes[key]
+            e["answer_accuracy"].append(float(any(i.get("won") for i in answered)))
+            e["answered_fraction"].append(float(bool(answered)))
+            e["searches_per_question"].append(float(len(queries)))
+            e["first_route_accuracy"].append(float(first_route == first_kb))
+            e["invalid_action_rate"].append(_mean([float(not ok) for ok in rec.valid]))
+        for info in queries:
+            for key in ("all", f"kb/{info['gold_kb']}"):
+                e = episodes[key]
+                e["routing_accuracy"].append(float(info["routing_correct"]))
+                e["retrieval_hit_rate"].append(float(info["hit"]))
+                e["unnecessary_search_rate"].append(float(info["gold_kb"] == NONE_ROUTE))
+    out: dict[str, float] = {}
+    for key, metrics in episodes.items():
+        prefix = "" if key == "all" else f"{key}/"
+        for name, values in metrics.items():
+            out[f"{prefix}{name}"] = _mean(values)
+    return out
+
+
+# --------------------------------------------------------------------------- suite
+INSTRUCTIONS = (
+    "Answer the question. You may first search knowledge bases, one search per reply:\n{kbs}\n"
+    "Each reply: think briefly inside <think></think>, then EITHER search one knowledge base with "
+    '<query kb="NAME">search terms</query> OR give the final answer with <answer>short answer</answer>. '
+    "Search results come back in the next message. Answer directly when you need no search."
+)
+
+#: shown after the instructions when ``demonstration`` is on (a question of no built-in category, so it gives
+#: away the format and never an answer)
+DEMONSTRATION = (
+    "\n\nExample.\nQuestion: Who wrote the novel Frankenstein?\n"
+    'Reply: <think>A book and its author: the encyclopedia.</think><query kb="text">Frankenstein novel author</query>\n'
+    "(results)\n"
+    "Reply: <think>The results name Mary Shelley.</think><answer>Mary Shelley</answer>"
+)
+
+
+@functools.lru_cache(maxsize=4)
+def _questions(params_json: str, with_quiz: bool) -> tuple[list[RoutingQuestion], list[RoutingQuestion]]:
+    qparams = RoutingQuestionParams.model_validate_json(params_json)
+    return routing_questions(qparams), (quiz_questions() if with_quiz else [])
+
+
+@ENVIRONMENTS.register(
+    "kb_routing",
+    params=KbRoutingParams,
+    paper="Learning to Route Queries Across Knowledge Bases for Step-wise Retrieval-Augmented Reasoning (R1-Router)",
+    summary="Answer questions by routing follow-up queries to text, table or medical knowledge bases (step rewards)",
+)
+def kb_routing_suite(params: KbRoutingParams, *, tokenizer: Any = None) -> EnvironmentSuite:
+    """The routing QA environment: train on the training questions, evaluate on ``eval_split`` and the quiz set."""
+    qparams = RoutingQuestionParams.model_validate(params.questions)
+    built, quiz = _questions(qparams.model_dump_json(), params.quiz_eval)
+    questions = list(built) + list(quiz)
+    by_split: dict[str, list[int]] = defaultdict(list)
+    for i, q in enumerate(questions):
+        by_split[q.split].append(i)
+    train = by_split["train"][: params.max_train_questions]
+    held_out = by_split[params.eval_split][: params.max_eval_questions]
+    extra = {"quiz": by_split["quiz"][: params.max_eval_questions]} if by_split.get("quiz") else {}
+    shared = _Shared(params, questions, tokenizer)
+    kb_lines = "\n".join(f"- {name}: {kb.description}" for name, kb in shared.kbs.items())
+    return EnvironmentSuite(
+        name="kb_routing",
+        make=lambda: KbRoutingEnv(shared),
+        train_tasks=train,
+        eval_tasks=held_out,
+        instructions=INSTRUCTIONS.format(kbs=kb_lines) + (DEMONSTRATION if params.demonstration else ""),
+        metadata={"questions": len(questions), "splits": {k: len(v) for k, v in by_split.items()}},
+        summarize=lambda records: summarize_episodes(records, questions),
+        extra_eval_tasks=extra,
+    )
+
