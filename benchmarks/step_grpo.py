@@ -49,7 +49,8 @@ HELD_OUT = {
 
 
 def calibrate(config: str, overrides: list[str], groups: int) -> dict:
-    """Episodes of the base model on the first ``groups`` training questions (G each, sampling as in training)."""
+    """Episodes of the base model on ``groups`` training questions spread over the list (G each, sampling as in
+    training)."""
     import grove.builtin_components  # noqa: F401
     from grove.config import load_config
     from grove.experience import SourceContext, build_experience_source
@@ -65,7 +66,8 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict:
         SourceContext.for_evaluation(cfg, TransformersEngine(model, tokenizer), tokenizer)
     )
     start = time.perf_counter()
-    tasks = list(source.suite.train_tasks)[:groups]
+    train = list(source.suite.train_tasks)
+    tasks = train[:: max(len(train) // groups, 1)][:groups]  # spread over the (category-ordered) question list
     run = source.play([(t, t) for t in tasks], cfg.train.completions_per_prompt, source.sampling)
     out: dict = {**episode_metrics(run.trajectories), **environment_summary(source.suite, run.trajectories)}
     step_types: dict[str, int] = {}

@@ -80,6 +80,11 @@ class KbRoutingParams(BaseModel):
         description="Add a worked example of the reply format to the instructions (a question of no built-in "
         "category; small models otherwise rarely write the tags).",
     )
+    untagged_reply: Literal["invalid", "answer"] = Field(
+        "invalid",
+        description="A reply with neither tag: 'invalid' (an invalid action) or 'answer' (the whole reply is read as "
+        "the answer, i.e. answering without retrieval; for small models that rarely write the tags).",
+    )
     top_k: int = Field(3, ge=1, le=20, description="Passages returned per search.")
     passage_token_budget: int = Field(
         160, ge=1, description="Tokens of search results shown per search (policy tokenizer; words without one)."
@@ -185,6 +190,10 @@ class KbRoutingEnv:
         if self.question is None:
             raise RuntimeError("kb_routing: step() before reset()")
         reply = parse_reply(action)
+        if reply.kind == "invalid" and not reply.kb and self.shared.params.untagged_reply == "answer":
+            untagged = " ".join(action.split())
+            if "<answer>" not in action.lower() and untagged:
+                reply = type(reply)("answer", text=untagged)
         fmt = 1.0 if format_ok(action) else 0.0
         if reply.kind == "query" and reply.kb not in self.shared.kbs:
             known = ", ".join(sorted(self.shared.kbs))
