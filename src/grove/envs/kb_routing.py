@@ -73,8 +73,17 @@ class KbRoutingParams(BaseModel):
     quiz_eval: bool = Field(
         True, description="Also evaluate on the out-of-distribution bsdgames quiz set (as 'quiz/…') when installed."
     )
-    max_train_questions: int | None = Field(None, ge=1, description="Use only the first N training questions.")
-    max_eval_questions: int | None = Field(None, ge=1, description="Use only the first N held-out questions per set.")
+    quiz_unseen_only: bool = Field(
+        True,
+        description="Leave out of the quiz set the questions asked verbatim in the training split (185 of the 393: "
+        "the quiz and the tables share most countries and elements).",
+    )
+    max_train_questions: int | None = Field(
+        None, ge=1, description="Use only N training questions, evenly spaced over the categories."
+    )
+    max_eval_questions: int | None = Field(
+        None, ge=1, description="Use only N held-out questions per evaluation set, evenly spaced over the categories."
+    )
     demonstration: bool = Field(
         True,
         description="Add a worked example of the reply format to the instructions (a question of no built-in "
@@ -331,6 +340,14 @@ DEMONSTRATION = (
 )
 
 
+def _spread(ids: list[int], n: int | None) -> list[int]:
+    """``n`` ids evenly spaced over ``ids`` (the question lists are ordered by category, so a prefix would hold one
+    or two categories only); all of them when ``n`` is ``None`` or not smaller."""
+    if n is None or n >= len(ids):
+        return list(ids)
+    return [ids[(k * len(ids)) // n] for k in range(n)]
+
+
 @functools.lru_cache(maxsize=4)
 def _questions(params_json: str, with_quiz: bool) -> tuple[list[RoutingQuestion], list[RoutingQuestion]]:
     qparams = RoutingQuestionParams.model_validate_json(params_json)
@@ -351,9 +368,11 @@ def kb_routing_suite(params: KbRoutingParams, *, tokenizer: Any = None) -> Envir
     by_split: dict[str, list[int]] = defaultdict(list)
     for i, q in enumerate(questions):
         by_split[q.split].append(i)
-    train = by_split["train"][: params.max_train_questions]
-    held_out = by_split[params.eval_split][: params.max_eval_questions]
-    extra = {"quiz": by_split["quiz"][: params.max_eval_questions]} if by_split.get("quiz") else {}
+    train = _spread(by_split["train"], params.max_train_questions)
+    held_out = _spread(by_split[params.eval_split], params.max_eval_questions)
+    trained = {questions[i].question for i in by_split["train"]}
+    quiz = [i for i in by_split.get("quiz", []) if not (params.quiz_unseen_only and questions[i].question in trained)]
+    extra = {"quiz": _spread(quiz, params.max_eval_questions)} if quiz else {}
     shared = _Shared(params, questions, tokenizer)
     kb_lines = "\n".join(f"- {name}: {kb.description}" for name, kb in shared.kbs.items())
     return EnvironmentSuite(
