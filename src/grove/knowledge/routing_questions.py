@@ -53,6 +53,7 @@ import hashlib
 import logging
 import random
 import re
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -96,17 +97,6 @@ KB_ROLES = ("text", "tables", "medical")
 DEFAULT_KB_IDS = {"text": "wikipedia_text", "tables": "tables", "medical": "medical_hpo"}
 SPLITS = ("train", "validation", "test")
 ANSWERABILITY_K = 3
-CATEGORIES = (
-    "country_capital",
-    "country_population",
-    "element_symbol",
-    "element_number",
-    "disease_phenotype",
-    "wiki_description",
-    "capital_population",
-    "wiki_country_capital",
-    "arithmetic",
-)
 Category = Literal[
     "country_capital",
     "country_population",
@@ -118,6 +108,7 @@ Category = Literal[
     "wiki_country_capital",
     "arithmetic",
 ]
+CATEGORIES: tuple[str, ...] = typing.get_args(Category)
 #: Knowledge-base roles each category needs (to build only those KBs).
 CATEGORY_ROLES: dict[str, tuple[str, ...]] = {
     "country_capital": ("tables",),

