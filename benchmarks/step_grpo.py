@@ -121,13 +121,17 @@ def report(d: Path, png: Path | None) -> str:
     for method, rs in runs.items():
         cells = []
         for key in HELD_OUT:
-            before = [_evals(r)[0].get(key, 0.0) for r in rs]
-            after = [_evals(r)[-1].get(key, 0.0) for r in rs]
-            if key == "searches_per_question":
+            # routing accuracy is undefined (absent) for an evaluation without a single search
+            before = [x for x in (_evals(r)[0].get(key) for r in rs) if x is not None]
+            after = [x for x in (_evals(r)[-1].get(key) for r in rs) if x is not None]
+            if not before and not after:
+                cells.append("– (no searches)")
+            elif key == "searches_per_question":
                 cells.append(f"{statistics.mean(before):.2f} → {statistics.mean(after):.2f} "
                              f"({', '.join(f'{x:.2f}' for x in after)})")
             else:
-                cells.append(f"{100 * statistics.mean(before):.1f}% → {_fmt(after)}")
+                first = f"{100 * statistics.mean(before):.1f}%" if before else "–"
+                cells.append(f"{first} → {_fmt(after) if after else '–'}")
         quiz = [_evals(r)[-1].get("quiz/answer_accuracy") for r in rs]
         quiz_cell = _fmt([q for q in quiz if q is not None]) if all(q is not None for q in quiz) else "–"
         secs = [statistics.median(json.loads(x)["step_seconds"] for x in (r / "metrics.jsonl").read_text().splitlines())
@@ -142,10 +146,14 @@ def report(d: Path, png: Path | None) -> str:
         fig, axes = plt.subplots(1, len(HELD_OUT), figsize=(5 * len(HELD_OUT), 3.8), squeeze=False)
         for ax, (key, label) in zip(axes[0], HELD_OUT.items(), strict=True):
             for method, rs in runs.items():
-                curves = [[(e["step"], e.get(key, 0.0)) for e in _evals(r)] for r in rs]
+                curves = [[(e["step"], e.get(key)) for e in _evals(r)] for r in rs]
                 n = min(len(c) for c in curves)
-                steps = [curves[0][i][0] for i in range(n)]
-                values = [[c[i][1] for c in curves] for i in range(n)]
+                points = [(curves[0][i][0], [c[i][1] for c in curves if c[i][1] is not None]) for i in range(n)]
+                points = [(step, v) for step, v in points if v]  # no search at all: no routing accuracy
+                if not points:
+                    continue
+                steps = [step for step, _ in points]
+                values = [v for _, v in points]
                 line = ax.plot(steps, [statistics.mean(v) for v in values], marker="o",
                                label=f"{method} ({len(rs)} seeds)")[0]
                 ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], alpha=0.2,

@@ -100,3 +100,36 @@ def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, mo
     printed = capsys.readouterr().out
     assert "| `normalize_then_sum` | has_seven |" in printed and "| `sum_then_normalize` | acc |" in printed
     assert png.stat().st_size > 0
+
+
+def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/step_grpo.py: the table and PNG from run directories (routing accuracy absent where nothing was
+    searched), and an unknown method is refused before anything runs."""
+    import json
+
+    for method, searched in (("outcome_grpo", False), ("step_grpo", True)):
+        for seed in (0, 1):
+            run = tmp_path / "bench" / f"{method}-seed{seed}"
+            run.mkdir(parents=True)
+            rows = [{"step": s, "step_seconds": 3.0 + seed} for s in (1, 2)]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            evals = []
+            for step, acc in ((0, 0.1), (2, 0.2 + 0.1 * seed)):
+                e = {"step": step, "answer_accuracy": acc, "searches_per_question": 0.5 if searched else 0.0,
+                     "quiz/answer_accuracy": acc / 2}
+                if searched:
+                    e["routing_accuracy"] = 0.5
+                evals.append(e)
+            (run / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    png = tmp_path / "s.png"
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setattr(sys, "argv", ["step_grpo.py", "report", str(tmp_path / "bench"), "--png", str(png)])
+    runpy.run_path(str(BENCHMARKS / "step_grpo.py"), run_name="__main__")
+    text = capsys.readouterr().out
+    assert "| outcome_grpo | 2 | 10.0% → 25.0% (20, 30) | – (no searches) |" in text
+    assert "| step_grpo | 2 | 10.0% → 25.0% (20, 30) | 50.0% → 50.0% (50, 50) |" in text
+    assert png.stat().st_size > 0
+    monkeypatch.setattr(sys, "argv", ["step_grpo.py", "run", "cfg.yaml", "--out", str(tmp_path / "x"),
+                                      "--methods", "ppo"])
+    with pytest.raises(SystemExit, match="unknown methods"):
+        runpy.run_path(str(BENCHMARKS / "step_grpo.py"), run_name="__main__")

@@ -227,3 +227,18 @@ def test_rollouts_are_token_exact_and_carry_step_types(policy):
         params = ADVANTAGE_ESTIMATORS.validate_params("step_grpo", {})
         out = run_estimator(ADVANTAGE_ESTIMATORS.get("step_grpo"), batch, torch.zeros(batch.num_samples), params)
         assert torch.isfinite(out.advantages).all()
+
+
+def test_embedding_query_similarity_is_computed_only_when_weighted():
+    """query_similarity: embedding (all-MiniLM-L6-v2, shipped offline): a paraphrase of the gold sub-question scores
+    far above an unrelated query; with the part unweighted no embedding is computed (logged as 0)."""
+    env = make_env(query_similarity="embedding", rewards={"query_similarity": 0.5})
+    env.reset(0, seed=1)
+    *_, close = env.step('<query kb="tables">capital city of France</query>')
+    env.reset(0, seed=1)
+    *_, far = env.step('<query kb="tables">France chemical elements list</query>')
+    assert close["reward_parts"]["query_similarity"] > 0.8 > far["reward_parts"]["query_similarity"] + 0.2
+    off = make_env(query_similarity="embedding")
+    off.reset(0, seed=1)
+    *_, info = off.step('<query kb="tables">capital city of France</query>')
+    assert info["reward_parts"]["query_similarity"] == 0.0
