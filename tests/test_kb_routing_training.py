@@ -96,3 +96,19 @@ def test_grove_eval_prints_the_per_knowledge_base_table(tiny_model, tmp_path):
     assert "searches_per_question" in result.output and "held-out" in result.output
     if QUIZ.is_dir():
         assert "quiz" in result.output
+
+
+def test_held_out_sets_cover_every_category_in_any_prefix():
+    from collections import Counter
+
+    from grove.envs import build_environment
+
+    suite = build_environment("kb_routing", {"max_eval_questions": 48})
+    questions = suite.make().shared.questions
+    categories = {questions[i].category for i in suite.eval_tasks}  # the 48 spread over the test split
+    assert len(categories) >= 8
+    first = Counter(questions[i].category for i in suite.eval_tasks[: len(categories)])
+    assert set(first) == categories and set(first.values()) == {1}
+    assert len(suite.eval_tasks) == 48 and len(set(suite.eval_tasks)) == 48
+    trained = {questions[i].question for i in suite.train_tasks}
+    assert not trained & {questions[i].question for i in suite.extra_eval_tasks.get("quiz", [])}

@@ -140,8 +140,8 @@ def eval_(
 
 
 def _print_breakdowns(extra: dict[str, float]) -> None:
-    """Tables of the nested evaluation metrics: one per evaluation set (held-out, then e.g. ``quiz/``), rows
-    "all" and each ``kb/<name>/`` (or other ``<group>/<row>/``) breakdown, columns the metrics."""
+    """Tables of the nested evaluation metrics: one per evaluation set (held-out, then e.g. ``quiz/``), a row per
+    metric, a column for "all" and for each ``kb/<name>/`` (or other ``<group>/<name>/``) breakdown."""
     from rich.table import Table
 
     sets: dict[str, dict[str, dict[str, float]]] = {}
@@ -150,20 +150,20 @@ def _print_breakdowns(extra: dict[str, float]) -> None:
         if parts[0] == "objective" or len(parts) == 1:
             continue
         eval_set = "held-out"
-        if parts[0] not in ("kb",) and len(parts) in (2, 4):
+        if parts[0] != "kb" and len(parts) in (2, 4):
             eval_set, parts = parts[0], parts[1:]
-        row = "all" if len(parts) == 1 else "/".join(parts[:-1])
-        sets.setdefault(eval_set, {}).setdefault(row, {})[parts[-1]] = value
+        column = "all" if len(parts) == 1 else parts[-2]
+        sets.setdefault(eval_set, {}).setdefault(column, {})[parts[-1]] = value
     if "held-out" in sets:
-        rows = {k: v for k, v in extra.items() if "/" not in k}
-        sets["held-out"] = {"all": rows, **{k: v for k, v in sets["held-out"].items() if k != "all"}}
-    for eval_set, rows in sets.items():
-        if len(rows) < 2 and eval_set == "held-out":
+        sets["held-out"]["all"] = {k: v for k, v in extra.items() if "/" not in k}
+    for eval_set, columns in sets.items():
+        if eval_set == "held-out" and len(columns) < 2:
             continue
-        columns = sorted({m for r in rows.values() for m in r})
-        table = Table("", *columns, title=eval_set)
-        for row, metrics in rows.items():
-            table.add_row(row, *("–" if metrics.get(c) is None else f"{metrics[c]:.3g}" for c in columns))
+        columns = {"all": columns.pop("all", {}), **columns}
+        metrics = list(dict.fromkeys(m for c in columns.values() for m in c))
+        table = Table("metric", *columns, title=eval_set)
+        for metric in metrics:
+            table.add_row(metric, *("–" if c.get(metric) is None else f"{c[metric]:.3g}" for c in columns.values()))
         console.print(table)
 
 

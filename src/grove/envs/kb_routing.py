@@ -82,7 +82,8 @@ class KbRoutingParams(BaseModel):
         None, ge=1, description="Use only N training questions, evenly spaced over the categories."
     )
     max_eval_questions: int | None = Field(
-        None, ge=1, description="Use only N held-out questions per evaluation set, evenly spaced over the categories."
+        None, ge=1, description="Use only N held-out questions per evaluation set, evenly spaced over the categories (and "
+        "ordered round-robin over them, so eval.max_examples takes every category)."
     )
     demonstration: bool = Field(
         True,
@@ -348,6 +349,16 @@ def _spread(ids: list[int], n: int | None) -> list[int]:
     return [ids[(k * len(ids)) // n] for k in range(n)]
 
 
+def _interleaved(ids: list[int], questions: Sequence[RoutingQuestion]) -> list[int]:
+    """``ids`` round-robin over their categories, so that any prefix (evaluation's first ``eval.max_examples``)
+    covers every category."""
+    by_category: dict[str, list[int]] = defaultdict(list)
+    for i in ids:
+        by_category[questions[i].category].append(i)
+    queues = list(by_category.values())
+    return [q[k] for k in range(max((len(q) for q in queues), default=0)) for q in queues if k < len(q)]
+
+
 @functools.lru_cache(maxsize=4)
 def _questions(params_json: str, with_quiz: bool) -> tuple[list[RoutingQuestion], list[RoutingQuestion]]:
     qparams = RoutingQuestionParams.model_validate_json(params_json)
@@ -368,11 +379,11 @@ def kb_routing_suite(params: KbRoutingParams, *, tokenizer: Any = None) -> Envir
     by_split: dict[str, list[int]] = defaultdict(list)
     for i, q in enumerate(questions):
         by_split[q.split].append(i)
-    train = _spread(by_split["train"], params.max_train_questions)
-    held_out = _spread(by_split[params.eval_split], params.max_eval_questions)
+    train = _spread(by_split["train"], params.max_train_questions)  # the task sampler shuffles them
+    held_out = _interleaved(_spread(by_split[params.eval_split], params.max_eval_questions), questions)
     trained = {questions[i].question for i in by_split["train"]}
     quiz = [i for i in by_split.get("quiz", []) if not (params.quiz_unseen_only and questions[i].question in trained)]
-    extra = {"quiz": _spread(quiz, params.max_eval_questions)} if quiz else {}
+    extra = {"quiz": _interleaved(_spread(quiz, params.max_eval_questions), questions)} if quiz else {}
     shared = _Shared(params, questions, tokenizer)
     kb_lines = "\n".join(f"- {name}: {kb.description}" for name, kb in shared.kbs.items())
     return EnvironmentSuite(
