@@ -25,7 +25,7 @@ import statistics
 import time
 from pathlib import Path
 
-from seeded_runs import train_alternated
+from seeded_runs import add_calibrate_command, add_run_command, train_alternated
 
 
 def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float]:
@@ -140,16 +140,8 @@ def report(dirs: list[Path], png: Path | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("calibrate")
-    c.add_argument("config")
-    c.add_argument("--groups", type=int, default=8)
-    c.add_argument("--set", dest="overrides", action="append", default=[])
-    r = sub.add_parser("run")
-    r.add_argument("config")
-    r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    r.add_argument("--methods", nargs="+", default=["episode_grpo", "gigpo"])
-    r.add_argument("--set", dest="overrides", action="append", default=[])
+    add_calibrate_command(sub)
+    add_run_command(sub, ["episode_grpo", "gigpo"])
     p = sub.add_parser("report")
     p.add_argument("dirs", type=Path, nargs="+")
     p.add_argument("--png", type=Path)

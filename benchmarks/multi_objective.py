@@ -25,7 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from seeded_runs import train_alternated
+from seeded_runs import add_run_command, train_alternated
 
 ESTIMATOR = {"sum_then_normalize": "grpo", "normalize_then_sum": "score_as_advantage", "variance_weighted": "grpo"}
 
@@ -147,12 +147,7 @@ def plot(runs: dict[str, dict[int, list[dict]]], objectives: list[str], png: Pat
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="train every aggregator for every seed")
-    r.add_argument("config")
-    r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    r.add_argument("--aggregators", nargs="+", default=list(ESTIMATOR))
-    r.add_argument("--set", dest="overrides", action="append", default=[])
+    add_run_command(sub, list(ESTIMATOR), "--aggregators", "train every aggregator for every seed")
     p = sub.add_parser("report", help="table and PNG of finished runs")
     p.add_argument("out", type=Path)
     p.add_argument("--png", type=Path)

@@ -6,10 +6,29 @@ present) is skipped and an interrupted one resumed, so a comparison can be stopp
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+
+def add_run_command(sub: argparse._SubParsersAction, variants: Sequence[str], flag: str = "--methods", help: str = "") -> None:
+    """The ``run`` sub-command every comparison shares: CONFIG --out DIR --seeds ... <flag> ... --set K=V."""
+    r = sub.add_parser("run", help=help or "train every variant on every seed, alternated")
+    r.add_argument("config")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    r.add_argument(flag, nargs="+", default=list(variants))
+    r.add_argument("--set", dest="overrides", action="append", default=[])
+
+
+def add_calibrate_command(sub: argparse._SubParsersAction) -> None:
+    """The ``calibrate`` sub-command of the agent comparisons: CONFIG --groups N --set K=V."""
+    c = sub.add_parser("calibrate", help="the base model's episodes on training tasks")
+    c.add_argument("config")
+    c.add_argument("--groups", type=int, default=8)
+    c.add_argument("--set", dest="overrides", action="append", default=[])
 
 
 def train_alternated(

@@ -31,7 +31,7 @@ import statistics
 import time
 from pathlib import Path
 
-from seeded_runs import train_alternated
+from seeded_runs import add_calibrate_command, add_run_command, train_alternated
 
 METHODS = {
     "outcome_grpo": ["algorithm.advantage={id: episode_grpo, episode_statistics: trajectories, mode: mean_std_norm}",
@@ -170,16 +170,8 @@ def report(d: Path, png: Path | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("calibrate", help="the base model's episodes on training questions")
-    c.add_argument("config")
-    c.add_argument("--groups", type=int, default=8)
-    c.add_argument("--set", dest="overrides", action="append", default=[])
-    r = sub.add_parser("run", help="train every method on every seed, alternated")
-    r.add_argument("config")
-    r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    r.add_argument("--methods", nargs="+", default=list(METHODS))
-    r.add_argument("--set", dest="overrides", action="append", default=[])
+    add_calibrate_command(sub)
+    add_run_command(sub, list(METHODS))
     p = sub.add_parser("report", help="table and PNG from run directories")
     p.add_argument("dir", type=Path)
     p.add_argument("--png", type=Path)
