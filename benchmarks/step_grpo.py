@@ -18,7 +18,9 @@ Methods (each a bundle of `--set` values on top of the config):
 * ``outcome_grpo``: ``episode_grpo`` with ``env.params.reward_mode=outcome`` (the answer's correctness only,
   Search-R1's reward, GRPO over whole trajectories);
 * ``step_grpo``: ``step_grpo`` (type-and-ordinal grouping) with the step rewards;
-* ``gigpo``: ``gigpo`` with the step rewards (episode score = sum of the step rewards, anchor = searches so far).
+* ``gigpo``: ``gigpo`` with the step rewards (episode score = sum of the step rewards, anchor = searches so far);
+* ``step_grpo_anchor``: ``step_grpo`` grouping steps by anchor state (a search is compared with the direct
+  answers given from the same state) instead of by step type.
 
 Every run is a normal run directory (metrics.jsonl, eval.jsonl), so `grove plot` works on each.
 """
@@ -38,6 +40,7 @@ METHODS = {
                      "env.params.reward_mode=outcome"],
     "step_grpo": ["algorithm.advantage={id: step_grpo}", "env.params.reward_mode=step"],
     "gigpo": ["algorithm.advantage={id: gigpo}", "env.params.reward_mode=step"],
+    "step_grpo_anchor": ["algorithm.advantage={id: step_grpo, grouping: anchor}", "env.params.reward_mode=step"],
 }
 
 #: held-out metrics shown per run (eval.jsonl keys), with their labels
