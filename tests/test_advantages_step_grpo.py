@@ -187,3 +187,19 @@ def test_stats_report_groups():
     out = run("step_grpo", hand_batch(), grouping="type_and_ordinal")
     assert out.stats["step_groups"] == 3
     assert out.stats["lone_step_fraction"] == pytest.approx(1 / 6)
+
+
+def test_episode_grpo_can_score_the_reported_outcome():
+    """episode_score: outcome scores each trajectory by the outcomes the environment reported (the answer's
+    correctness), not by the summed step rewards: outcome-only GRPO on step-rewarded experience."""
+    batch = hand_batch()
+    outcome = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 1.0], dtype=torch.float64)  # on the answer steps: A 1, B 0, C 1
+    batch = dataclasses.replace(batch, steps=dataclasses.replace(batch.steps, outcome=outcome))
+    out = run("episode_grpo", batch, episode_score="outcome", episode_statistics="trajectories",
+              mode="mean_std_norm", eps=0.0)
+    # outcomes A 1, B 0, C 1: mean 2/3, std sqrt(1/3) -> A, C +1/sqrt(3), B -2/sqrt(3), on every step
+    expected = {0: R3, 1: -2 * R3, 2: R3}
+    traj = batch.steps.trajectory.tolist()
+    assert out.advantages[:, 0].tolist() == pytest.approx([expected[t] for t in traj], abs=1e-12)
+    summed = run("episode_grpo", batch, episode_statistics="trajectories", mode="mean_std_norm", eps=0.0)
+    assert not torch.allclose(summed.advantages, out.advantages)  # the returns (1, 1, 2) rank differently

@@ -107,7 +107,7 @@ def test_single_hop_query_then_answer():
     assert reward == pytest.approx(0.5 + 0.5 + 0.1)  # routing + retrieval hit + format
     assert "Capital: Paris" in obs1.text and obs1.anchor != obs.anchor
     _, reward, done, info = env.step("<answer>Paris</answer>")  # no think: no format reward
-    assert done and info["won"] and info["step_type"] == "answer" and info["searches"] == 1
+    assert done and info["won"] and info["step_type"] == "answer" and info["searches"] == 1 and info["outcome"] == 1.0
     assert reward == pytest.approx(1.0)
 
 
@@ -221,6 +221,8 @@ def test_rollouts_are_token_exact_and_carry_step_types(policy):
         kinds = {step_kind_id(t.info.get("step_type", "invalid" if not t.parsed.valid else None))
                  for tr in run.trajectories for t in tr.turns}
         assert set(batch.steps.kind.tolist()) == kinds
+        outcomes = [float(t.info.get("outcome", 0.0)) for tr in run.trajectories for t in tr.turns]
+        assert batch.steps.outcome.tolist() == pytest.approx(outcomes)
         # random text is an invalid reply: penalised, typed "invalid", the environment gives feedback
         invalid = [t for tr in run.trajectories for t in tr.turns if t.invalid]
         assert invalid and all(t.penalty == 0.1 for t in invalid)

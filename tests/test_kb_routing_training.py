@@ -63,6 +63,7 @@ METHODS = {
     "step_grpo": {},
     "outcome_grpo": {"algorithm.advantage": "{id: episode_grpo}", "env.params.reward_mode": "outcome"},
     "gigpo": {"algorithm.advantage": "{id: gigpo}", "env.prompt": "per_step", "env.history": 2},
+    "outcome_switch": {"algorithm.advantage": "{id: episode_grpo, episode_score: outcome}"},
 }
 
 

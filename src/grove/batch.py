@@ -60,7 +60,7 @@ def step_kind_id(name: str | None) -> int:
     return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF or 1
 
 
-STEP_FIELDS = ("sample", "group", "trajectory", "index", "anchor", "reward", "penalty", "terminal", "kind")
+STEP_FIELDS = ("sample", "group", "trajectory", "index", "anchor", "reward", "penalty", "terminal", "kind", "outcome")
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,10 @@ class StepTable:
     * ``terminal``   ``[S]`` bool: the trajectory's last step (done, failed or out of turns);
     * ``kind``       ``[S]`` the step's type as a stable integer id (:func:`step_kind_id` of the name the
       environment gives in ``info["step_type"]``, e.g. ``"query"`` or ``"answer"``; 0 when it gives none).
-      Step-GRPO can group corresponding steps by it. Optional when building a table: defaults to zeros.
+      Step-GRPO can group corresponding steps by it. Optional when building a table: defaults to zeros;
+    * ``outcome``    ``[S]`` the outcome the environment reports on the step (``info["outcome"]``, e.g. the final
+      answer's correctness; 0 on other steps), so an episode's outcome is the sum over its steps: what
+      outcome-only estimators can score instead of the summed step rewards. Optional: defaults to zeros.
     """
 
     sample: Tensor
@@ -90,10 +93,13 @@ class StepTable:
     penalty: Tensor
     terminal: Tensor
     kind: Tensor | None = None
+    outcome: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.kind is None:
             object.__setattr__(self, "kind", torch.zeros_like(self.sample))
+        if self.outcome is None:
+            object.__setattr__(self, "outcome", torch.zeros_like(self.reward))
         s = self.sample.shape
         if len(s) != 1:
             raise ValueError(f"StepTable.sample must be 1-D, got shape {tuple(s)}")

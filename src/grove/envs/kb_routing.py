@@ -271,6 +271,7 @@ class KbRoutingEnv:
             "answer": text,
             "answer_score": score,
             "won": score >= 1.0,
+            "outcome": score,
             "searches": len(self.searches),
             "reward_parts": parts,
         }

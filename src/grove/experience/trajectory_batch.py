@@ -53,7 +53,7 @@ def trajectories_to_batch(
     prompts, responses, logprobs, token_turns = [], [], [], []
     sample_group, sample_traj, sample_first_turn, sample_truncated = [], [], [], []
     reward_rows, scores = [], []
-    step_rows = {k: [] for k in ("sample", "group", "trajectory", "index", "reward", "penalty", "terminal", "kind")}
+    step_rows = {k: [] for k in ("sample", "group", "trajectory", "index", "reward", "penalty", "terminal", "kind", "outcome")}
     anchor_keys, anchor_texts = [], []
     for traj in trajectories:
         if not traj.samples:
@@ -75,6 +75,7 @@ def trajectories_to_batch(
                 step_rows["penalty"].append(turn.penalty)
                 step_rows["terminal"].append(t == len(traj.turns) - 1)
                 step_rows["kind"].append(step_kind_id(_step_type(turn)))
+                step_rows["outcome"].append(float(turn.info.get("outcome", 0.0)))
                 anchor_keys.append(turn.observation.anchor)
                 anchor_texts.append(turn.observation.text)
             prompts.append(sample.prompt_ids)
@@ -107,6 +108,7 @@ def trajectories_to_batch(
         penalty=torch.tensor(step_rows["penalty"], dtype=torch.float32),
         terminal=torch.tensor(step_rows["terminal"], dtype=torch.bool),
         kind=torch.tensor(step_rows["kind"], dtype=torch.long),
+        outcome=torch.tensor(step_rows["outcome"], dtype=torch.float32),
     )
     batch = RolloutBatch(
         prompt_ids=torch.tensor(_left(prompts, p_width, pad_token_id), dtype=torch.long),

@@ -67,6 +67,7 @@ __all__ = [
 
 EpisodeStatistics = Literal["steps", "trajectories"]
 Penalty = Literal["after_returns", "in_reward"]
+EpisodeScore = Literal["return", "outcome"]
 
 _MODE = "'mean_norm': A = x - mean (verl-agent's default); 'mean_std_norm': A = (x - mean) / (std + eps)."
 _PENALTY = (
@@ -99,6 +100,12 @@ class EpisodeGRPOParams(_NormalisationParams):
     """Parameters of ``episode_grpo`` (the arguments of :func:`episode_advantages`)."""
 
     episode_statistics: EpisodeStatistics = Field("steps", description=_EPISODE_STATISTICS)
+    episode_score: EpisodeScore = Field(
+        "return",
+        description="What an episode scores: 'return' (the sum of its step rewards, GiGPO's) or 'outcome' (the sum of "
+        "the outcomes the environment reports in info['outcome'], e.g. the final answer's correctness: outcome-only "
+        "GRPO, Search-R1's reward, whatever step rewards the environment also gives). The penalty applies to both.",
+    )
 
 
 class StepReturnParams(_NormalisationParams):
@@ -117,22 +124,26 @@ class GiGPOParams(EpisodeGRPOParams):
 
 
 # --------------------------------------------------------------------------- per-step quantities
-def _rewards(steps: StepTable, penalty: Penalty) -> tuple[Tensor, Tensor]:
-    """The rewards that are discounted and summed, and the penalty left to subtract afterwards (float64)."""
-    reward = steps.reward.to(torch.float64)
+def _rewards(steps: StepTable, penalty: Penalty, score: EpisodeScore = "return") -> tuple[Tensor, Tensor]:
+    """The rewards that are discounted and summed (the outcomes with ``score="outcome"``), and the penalty left to
+    subtract afterwards (float64)."""
+    reward = (steps.outcome if score == "outcome" else steps.reward).to(torch.float64)
     charge = steps.penalty.to(torch.float64)
     if penalty == "in_reward":
         return reward - charge, torch.zeros_like(charge)
     return reward, charge
 
 
-def step_episode_scores(steps: StepTable, penalty: Penalty = "after_returns") -> Tensor:
+def step_episode_scores(
+    steps: StepTable, penalty: Penalty = "after_returns", score: EpisodeScore = "return"
+) -> Tensor:
     """``[S]`` float64: each step's episode score, the sum of its trajectory's rewards minus the penalty.
 
     ``after_returns`` (verl-agent): ``sum_k r_k - p_t``, the step's own penalty only. ``in_reward``:
-    ``sum_k (r_k - p_k)``, every penalty of the trajectory, the same for all its steps.
+    ``sum_k (r_k - p_k)``, every penalty of the trajectory, the same for all its steps. With
+    ``score="outcome"`` the reported outcomes ``o_k`` (``steps.outcome``) take the place of the rewards.
     """
-    reward, charge = _rewards(steps, penalty)
+    reward, charge = _rewards(steps, penalty, score)
     trajectory, num = dense_index(steps.trajectory)
     total = reward.new_zeros(num).index_add(0, trajectory, reward)
     return total[trajectory] - charge
@@ -156,6 +167,7 @@ def episode_advantages(
     penalty: Penalty = "after_returns",
     eps: float = 1e-6,
     unbiased_std: bool = True,
+    episode_score: EpisodeScore = "return",
 ) -> Tensor:
     """``[S]`` float64: GiGPO's episode advantage ``A^E`` of every step (verl-agent ``episode_norm_reward``).
 
@@ -164,7 +176,7 @@ def episode_advantages(
     once with the score of its first step, the row verl-agent sees first). A group with one member: mean
     0, std 1; a group of equal scores: 0.
     """
-    score = step_episode_scores(steps, penalty)
+    score = step_episode_scores(steps, penalty, episode_score)
     group, num = dense_index(steps.group)
     members = first_steps(steps) if episode_statistics == "trajectories" else None
     return normalize_within(
@@ -219,7 +231,9 @@ def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> Advantage
     steps = require_steps(batch, "gigpo")
     dtype = step_output_dtype(check_scores(batch, scores), steps)
     a_episode = episode_advantages(steps, **params.model_dump(include=set(EpisodeGRPOParams.model_fields)))
-    a_step = step_advantages(steps, **params.model_dump(exclude={"episode_statistics", "step_advantage_weight"}))
+    a_step = step_advantages(
+        steps, **params.model_dump(exclude={"episode_statistics", "episode_score", "step_advantage_weight"})
+    )
     advantages = steps_to_tokens(batch, a_episode + params.step_advantage_weight * a_step, dtype)
     return AdvantageOutput(advantages, {**_episode_stats(a_episode), **_step_stats(a_step)})
 
