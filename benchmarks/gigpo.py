@@ -19,13 +19,18 @@ each. Methods are `algorithm.advantage` ids; everything else comes from the conf
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from pathlib import Path
 
-from seeded_runs import add_calibrate_command, add_run_command, train_alternated
+from seeded_runs import (
+    add_calibrate_command,
+    add_run_command,
+    comparison_parser,
+    save_figure,
+    train_alternated,
+)
 
 
 def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float]:
@@ -131,15 +136,12 @@ def report(dirs: list[Path], png: Path | None) -> str:
             for ax in (ax_step, ax_time):
                 ax.set_ylabel("success rate")
                 ax.legend(fontsize=8)
-        fig.tight_layout()
-        png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(png, dpi=90)
+        save_figure(fig, png)
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser, sub = comparison_parser(__doc__)
     add_calibrate_command(sub)
     add_run_command(sub, ["episode_grpo", "gigpo"])
     p = sub.add_parser("report")

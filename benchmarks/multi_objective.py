@@ -19,13 +19,12 @@ held-out means), so ``grove plot`` works on each.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 from pathlib import Path
 
-from seeded_runs import add_run_command, train_alternated
+from seeded_runs import add_run_command, comparison_parser, train_alternated
 
 ESTIMATOR = {"sum_then_normalize": "grpo", "normalize_then_sum": "score_as_advantage", "variance_weighted": "grpo"}
 
@@ -145,8 +144,7 @@ def plot(runs: dict[str, dict[int, list[dict]]], objectives: list[str], png: Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser, sub = comparison_parser(__doc__)
     add_run_command(sub, list(ESTIMATOR), "--aggregators", "train every aggregator for every seed")
     p = sub.add_parser("report", help="table and PNG of finished runs")
     p.add_argument("out", type=Path)

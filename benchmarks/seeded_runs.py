@@ -13,6 +13,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
+def comparison_parser(doc: str | None) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The parser of a comparison script (its module docstring as the help) and its sub-command table."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser, parser.add_subparsers(dest="command", required=True)
+
+
+def save_figure(fig, png: Path) -> None:
+    """``fig`` laid out and written to ``png`` (its folder created), at the resolution every report uses."""
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=90)
+
+
 def add_run_command(sub: argparse._SubParsersAction, variants: Sequence[str], flag: str = "--methods", help: str = "") -> None:
     """The ``run`` sub-command every comparison shares: CONFIG --out DIR --seeds ... <flag> ... --set K=V."""
     r = sub.add_parser("run", help=help or "train every variant on every seed, alternated")

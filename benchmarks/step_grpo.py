@@ -27,13 +27,18 @@ Every run is a normal run directory (metrics.jsonl, eval.jsonl), so `grove plot`
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from pathlib import Path
 
-from seeded_runs import add_calibrate_command, add_run_command, train_alternated
+from seeded_runs import (
+    add_calibrate_command,
+    add_run_command,
+    comparison_parser,
+    save_figure,
+    train_alternated,
+)
 
 METHODS = {
     "outcome_grpo": ["algorithm.advantage={id: episode_grpo, episode_statistics: trajectories, mode: mean_std_norm}",
@@ -164,15 +169,12 @@ def report(d: Path, png: Path | None) -> str:
             ax.set_title(f"held-out {label}")
             ax.set_xlabel("step")
             ax.legend(fontsize=8)
-        fig.tight_layout()
-        png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(png, dpi=90)
+        save_figure(fig, png)
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser, sub = comparison_parser(__doc__)
     add_calibrate_command(sub)
     add_run_command(sub, list(METHODS))
     p = sub.add_parser("report", help="table and PNG from run directories")
