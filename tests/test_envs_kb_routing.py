@@ -170,7 +170,7 @@ def test_passages_are_cut_to_the_token_budget(policy):
     words = make_env(passage_token_budget=3)
     words.reset(0, seed=1)
     obs, _, _, info = words.step('<query kb="tables">capital of France</query>')
-    assert obs.text.split("\n", 1)[1] == "[1] France: Country: …"
+    assert obs.text.split("\n", 1)[1] == "[1] Country: France. …"
     assert not info["hit"]  # the answer was cut off: a hit counts only what the model is shown
 
 

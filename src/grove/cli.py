@@ -141,7 +141,8 @@ def eval_(
 
 def _print_breakdowns(extra: dict[str, float]) -> None:
     """Tables of the nested evaluation metrics: one per evaluation set (held-out, then e.g. ``quiz/``), a row per
-    metric, a column for "all" and for each ``kb/<name>/`` (or other ``<group>/<name>/``) breakdown."""
+    metric, a column for "all" and for each ``<group>/<name>/`` breakdown (e.g. ``kb/tables/``). A key with an even
+    number of parts starts with its evaluation set (``quiz/answer_accuracy``, ``quiz/kb/tables/answer_accuracy``)."""
     from rich.table import Table
 
     sets: dict[str, dict[str, dict[str, float]]] = {}
@@ -150,7 +151,7 @@ def _print_breakdowns(extra: dict[str, float]) -> None:
         if parts[0] == "objective" or len(parts) == 1:
             continue
         eval_set = "held-out"
-        if parts[0] != "kb" and len(parts) in (2, 4):
+        if len(parts) % 2 == 0:
             eval_set, parts = parts[0], parts[1:]
         column = "all" if len(parts) == 1 else parts[-2]
         sets.setdefault(eval_set, {}).setdefault(column, {})[parts[-1]] = value

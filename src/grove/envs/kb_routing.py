@@ -41,6 +41,7 @@ from grove.envs.kb_routing_rewards import (
 )
 from grove.knowledge import (
     DEFAULT_KB_IDS,
+    GoldStep,
     KnowledgeBase,
     RoutingQuestion,
     RoutingQuestionParams,
@@ -148,6 +149,11 @@ class _Shared:
         }
         self.tokenizer = tokenizer
         self._encode = None
+        w = params.rewards
+        #: the weights in force: in outcome mode every part but the answer's is off
+        self.weights = w if params.reward_mode == "step" else StepRewardWeights(
+            routing=0, retrieval_hit=0, query_similarity=0, call_cost=0, answer=w.answer, format=0
+        )
 
     def truncate(self, text: str) -> str:
         """``text`` cut to ``passage_token_budget`` tokens (of the policy tokenizer, else whitespace words)."""
@@ -158,12 +164,17 @@ class _Shared:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return text if len(ids) <= budget else self.tokenizer.decode(ids[:budget]) + " …"
 
-    def similarity(self, query: str, gold_query: str) -> float:
-        if self.params.query_similarity == "embedding" and self._encode is None:
+    def similarity(self, query: str, gold: GoldStep | None) -> float:
+        """Query vs the hop's gold sub-question (0 without an open hop); embeddings are computed only when the part
+        is weighted (token F1 always: it is cheap and logged)."""
+        how = self.params.query_similarity
+        if gold is None or (how == "embedding" and self.weights.query_similarity == 0):
+            return 0.0
+        if how == "embedding" and self._encode is None:
             from grove.knowledge.sentence_embeddings import encode_texts
 
             self._encode = encode_texts
-        return query_similarity(query, gold_query, self.params.query_similarity, self._encode)
+        return query_similarity(query, gold.sub_question, how, self._encode)
 
 
 class KbRoutingEnv:
@@ -191,43 +202,29 @@ class KbRoutingEnv:
     def _current_hop(self) -> int | None:
         return next((i for i, done in enumerate(self.covered) if not done), None)
 
-    def _base_info(self) -> dict[str, Any]:
-        q = self.question
-        return {"route": q.route, "category": q.category, "question_kb": q.steps[0].kb if q.steps else NONE_ROUTE}
-
     # ------------------------------------------------------------------ step
     def step(self, action: str) -> Transition:
         if self.question is None:
             raise RuntimeError("kb_routing: step() before reset()")
-        reply = parse_reply(action)
-        if reply.kind == "invalid" and not reply.kb and self.shared.params.untagged_reply == "answer":
-            untagged = " ".join(action.split())
-            if "<answer>" not in action.lower() and untagged:
-                reply = type(reply)("answer", text=untagged)
+        reply = parse_reply(action, untagged_is_answer=self.shared.params.untagged_reply == "answer")
         fmt = 1.0 if format_ok(action) else 0.0
         if reply.kind == "query" and reply.kb not in self.shared.kbs:
             known = ", ".join(sorted(self.shared.kbs))
             reply = type(reply)("invalid", reason=f"unknown knowledge base {reply.kb!r} (known: {known})")
         if reply.kind == "invalid":
-            info = {**self._base_info(), "step_type": "invalid", "invalid_action": True, "reason": reply.reason}
+            info = {"step_type": "invalid", "invalid_action": True, "reason": reply.reason}
             text = f"Invalid reply: {reply.reason}. Reply with <query kb=\"NAME\">…</query> or <answer>…</answer>."
             return Transition(self._observation(text), 0.0, False, info)
         if reply.kind == "answer":
             return self._answer(reply.text, fmt)
         return self._query(reply.kb, reply.text, fmt)
 
-    def _weights(self) -> StepRewardWeights:
-        w = self.shared.params.rewards
-        if self.shared.params.reward_mode == "outcome":
-            return StepRewardWeights(routing=0, retrieval_hit=0, query_similarity=0, call_cost=0, answer=w.answer, format=0)
-        return w
-
     def _query(self, kb: str, terms: str, fmt: float) -> Transition:
-        p, q, w = self.shared.params, self.question, self._weights()
+        p, q, w = self.shared.params, self.question, self.shared.weights
         hop = self._current_hop()
         gold = q.steps[hop] if hop is not None else None
         passages = self.shared.kbs[kb].search(terms, p.top_k)
-        lines = [f"[{i}] {ps.title}: {ps.text}" for i, ps in enumerate(passages, start=1)]
+        lines = [f"[{i}] {ps.text}" for i, ps in enumerate(passages, start=1)]  # passages name their own subject
         shown = self.shared.truncate("\n".join(lines)) if lines else "(no results)"
         open_hops = [i for i, done in enumerate(self.covered) if not done]
         hits = [i for i in open_hops if passages_hit(shown, q.steps[i].answers)]
@@ -236,14 +233,13 @@ class KbRoutingEnv:
         parts = {
             "routing": float(gold is not None and kb == gold.kb),
             "retrieval_hit": float(bool(hits)),
-            "query_similarity": self._similarity(terms, gold, w),
+            "query_similarity": self.shared.similarity(terms, gold),
             "call_cost": -1.0,
             "format": fmt,
         }
         reward = sum(getattr(w, name) * value for name, value in parts.items())
         self.searches.append((kb, normalize_answer(terms)))
         info = {
-            **self._base_info(),
             "step_type": "query",
             "kb": kb,
             "gold_kb": gold.kb if gold is not None else NONE_ROUTE,
@@ -254,19 +250,12 @@ class KbRoutingEnv:
         text = f'Results from {kb} for "{terms}":\n{shown}'
         return Transition(self._observation(text), float(reward), False, info)
 
-    def _similarity(self, terms: str, gold: Any, w: StepRewardWeights) -> float:
-        """Query vs gold sub-question; embeddings are computed only when the part is weighted (token F1 always)."""
-        if gold is None or (w.query_similarity == 0 and self.shared.params.query_similarity == "embedding"):
-            return 0.0
-        return self.shared.similarity(terms, gold.sub_question)
-
     def _answer(self, text: str, fmt: float) -> Transition:
-        p, q, w = self.shared.params, self.question, self._weights()
+        p, q, w = self.shared.params, self.question, self.shared.weights
         score = answer_score(text, q.answers, p.answer_metric, p.max_answer_words)
         parts = {"answer": score, "format": fmt}
         reward = w.answer * score + w.format * fmt
         info = {
-            **self._base_info(),
             "step_type": "answer",
             "answer": text,
             "answer_score": score,
@@ -299,10 +288,8 @@ def summarize_episodes(records: Sequence[EpisodeRecord], questions: Sequence[Rou
         infos = [i for i, ok in zip(rec.infos, rec.valid, strict=True) if ok]
         queries = [i for i in infos if i.get("step_type") == "query"]
         answered = [i for i in infos if i.get("step_type") == "answer"]
-        first = infos[0] if infos else None
-        first_route = (first or {}).get("kb", NONE_ROUTE) if first and first.get("step_type") == "query" else (
-            NONE_ROUTE if first else None
-        )
+        # the first valid action's route: the KB searched, or none for a direct answer
+        first_route = None if not infos else infos[0].get("kb", NONE_ROUTE)
         for key in ("all", f"kb/{first_kb}"):
             e = episodes[key]
             e["answer_accuracy"].append(float(any(i.get("won") for i in answered)))

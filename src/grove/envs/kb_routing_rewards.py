@@ -40,6 +40,7 @@ __all__ = [
     "answer_score",
     "format_ok",
     "parse_reply",
+    "passages_hit",
     "query_similarity",
 ]
 
@@ -87,12 +88,16 @@ class ParsedReply:
     reason: str = ""
 
 
-def parse_reply(reply: str) -> ParsedReply:
+def parse_reply(reply: str, untagged_is_answer: bool = False) -> ParsedReply:
     """The first action tag of the reply (a query or the answer); an unclosed last tag counts (generation may
-    stop at the closing tag). Neither tag, or an empty one: invalid."""
+    stop at the closing tag). An empty tag is invalid; so is a reply with neither tag, unless
+    ``untagged_is_answer``, when the whole reply (whitespace collapsed) is the answer."""
     query, answer = _QUERY_RE.search(reply), _ANSWER_RE.search(reply)
     first = min((m for m in (query, answer) if m is not None), key=lambda m: m.start(), default=None)
     if first is None:
+        untagged = " ".join(reply.split())
+        if untagged_is_answer and untagged:
+            return ParsedReply("answer", text=untagged)
         return ParsedReply("invalid", reason='no <query kb="NAME">…</query> or <answer>…</answer> in the reply')
     if first is query:
         terms = " ".join(query.group(2).split())

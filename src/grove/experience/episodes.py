@@ -251,11 +251,12 @@ def run_episodes(
                 text=out.texts[row],
                 parsed=parsed,
                 reward=float(reward),
-                penalty=invalid_penalty if (not parsed.valid or info.get("invalid_action")) else 0.0,
+                penalty=0.0,
                 done=bool(done),
                 finish_reason=out.finish_reasons[row],
                 info=dict(info),
             )
+            turn.penalty = invalid_penalty if turn.invalid else 0.0
             traj.turns.append(turn)
             traj.won = traj.won or bool(info.get("won", False))
             traj.done = bool(done)

@@ -42,11 +42,13 @@ from grove.core import papers
 from grove.core.advantages.common import AdvantageOutput, check_scores
 from grove.core.advantages.step_table_ops import (
     Mode,
+    episode_stats,
     first_steps,
     moments,
     normalize_within,
     require_steps,
     step_output_dtype,
+    step_stats,
     steps_to_tokens,
 )
 from grove.core.segments import dense_index, segment_discounted_returns
@@ -200,19 +202,6 @@ def step_advantages(
     return normalize_within(returns, anchor, num, mode=mode, eps=eps, unbiased=unbiased_std, lone="zero")
 
 
-def _episode_stats(a_episode: Tensor) -> dict[str, float]:
-    mean, std = moments(a_episode)
-    return {"episode_mean": mean, "episode_std": std}
-
-
-def _step_stats(a_step: Tensor) -> dict[str, float]:
-    """Mean, std and non-zero fraction of the step advantages (anchor-group sizes are the experience source's
-    metrics: ``anchor_group_size_mean``, ``anchor_group_size_hist/*``, ``anchor_steps_in_shared_groups``)."""
-    mean, std = moments(a_step)
-    nonzero = float((a_step != 0).to(torch.float64).mean()) if a_step.numel() else 0.0
-    return {"step_mean": mean, "step_std": std, "step_nonzero_frac": nonzero}
-
-
 # --------------------------------------------------------------------------- estimators
 @ADVANTAGE_ESTIMATORS.register(
     "gigpo",
@@ -235,7 +224,7 @@ def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> Advantage
         steps, **params.model_dump(exclude={"episode_statistics", "episode_score", "step_advantage_weight"})
     )
     advantages = steps_to_tokens(batch, a_episode + params.step_advantage_weight * a_step, dtype)
-    return AdvantageOutput(advantages, {**_episode_stats(a_episode), **_step_stats(a_step)})
+    return AdvantageOutput(advantages, {**episode_stats(a_episode), **step_stats(a_step)})
 
 
 @ADVANTAGE_ESTIMATORS.register(
@@ -252,7 +241,7 @@ def episode_grpo(batch: RolloutBatch, scores: Tensor, params: EpisodeGRPOParams)
     steps = require_steps(batch, "episode_grpo")
     dtype = step_output_dtype(check_scores(batch, scores), steps)
     a_episode = episode_advantages(steps, **params.model_dump())
-    return AdvantageOutput(steps_to_tokens(batch, a_episode, dtype), _episode_stats(a_episode))
+    return AdvantageOutput(steps_to_tokens(batch, a_episode, dtype), episode_stats(a_episode))
 
 
 @ADVANTAGE_ESTIMATORS.register(

@@ -49,10 +49,11 @@ from grove.core.advantages.common import AdvantageOutput, check_scores
 from grove.core.advantages.gigpo import episode_advantages, step_returns
 from grove.core.advantages.step_table_ops import (
     Mode,
-    moments,
+    episode_stats,
     normalize_within,
     require_steps,
     step_output_dtype,
+    step_stats,
     steps_to_tokens,
 )
 from grove.core.segments import segment_count
@@ -163,12 +164,9 @@ def step_grpo(batch: RolloutBatch, scores: Tensor, params: StepGRPOParams) -> Ad
         lone=params.lone,
     )
     total = a_step
-    mean, std = moments(a_step)
     sizes = segment_count(segment, num).to(torch.float64)
     stats = {
-        "step_mean": mean,
-        "step_std": std,
-        "step_nonzero_frac": float((a_step != 0).to(torch.float64).mean()) if a_step.numel() else 0.0,
+        **step_stats(a_step),
         "step_groups": float(num),
         "step_group_size_mean": float(sizes.mean()) if num else 0.0,
         "lone_step_fraction": float((sizes[segment] == 1).to(torch.float64).mean()) if num else 0.0,
@@ -182,5 +180,5 @@ def step_grpo(batch: RolloutBatch, scores: Tensor, params: StepGRPOParams) -> Ad
             unbiased_std=params.unbiased_std,
         )
         total = a_step + params.outcome_weight * a_episode
-        stats["episode_mean"], stats["episode_std"] = moments(a_episode)
+        stats.update(episode_stats(a_episode))
     return AdvantageOutput(steps_to_tokens(batch, total, dtype), stats)

@@ -11,7 +11,16 @@ from torch import Tensor
 from grove.batch import RolloutBatch, StepTable
 from grove.core.segments import segment_count, segment_max, segment_mean, segment_min, segment_std
 
-__all__ = ["first_steps", "moments", "normalize_within", "require_steps", "step_output_dtype", "steps_to_tokens"]
+__all__ = [
+    "episode_stats",
+    "first_steps",
+    "moments",
+    "normalize_within",
+    "require_steps",
+    "step_output_dtype",
+    "step_stats",
+    "steps_to_tokens",
+]
 
 Mode = Literal["mean_norm", "mean_std_norm"]
 
@@ -93,3 +102,17 @@ def moments(x: Tensor) -> tuple[float, float]:
     if x.numel() == 0:
         return 0.0, 0.0
     return float(x.mean()), float(x.std(correction=0))
+
+
+def episode_stats(a_episode: Tensor) -> dict[str, float]:
+    """Mean and std of the episode advantages."""
+    mean, std = moments(a_episode)
+    return {"episode_mean": mean, "episode_std": std}
+
+
+def step_stats(a_step: Tensor) -> dict[str, float]:
+    """Mean, std and non-zero fraction of the step advantages (GiGPO's anchor-group sizes are the experience
+    source's metrics: ``anchor_group_size_mean``, ``anchor_group_size_hist/*``, ``anchor_steps_in_shared_groups``)."""
+    mean, std = moments(a_step)
+    nonzero = float((a_step != 0).to(torch.float64).mean()) if a_step.numel() else 0.0
+    return {"step_mean": mean, "step_std": std, "step_nonzero_frac": nonzero}
