@@ -51,18 +51,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import random
-import re
-import typing
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Any
 
 from grove.knowledge import medical_kb, tables_kb, wiki_text
-from grove.knowledge.keyed_search import KeyedBm25KnowledgeBase
 from grove.knowledge.knowledge_cache import (
     cache_key,
     knowledge_cache_root,
@@ -70,9 +63,18 @@ from grove.knowledge.knowledge_cache import (
     read_json,
     write_json_atomic,
 )
-from grove.knowledge.passages import build_knowledge_base
+from grove.knowledge.question_categories import GENERATORS, Candidate, RoleKnowledgeBases
+from grove.knowledge.routing_question_types import (
+    CATEGORIES,
+    DEFAULT_KB_IDS,
+    KB_ROLES,
+    GoldStep,
+    RoutingQuestion,
+    RoutingQuestionParams,
+    question_from_dict,
+    route_of,
+)
 from grove.knowledge.text_match import contains_answer, normalize_answer
-from grove.knowledge.wiki_text import WikipediaTextKnowledgeBase
 
 __all__ = [
     "ANSWERABILITY_K",
@@ -93,130 +95,8 @@ log = logging.getLogger(__name__)
 
 #: Bump when the question construction changes: part of the cache key.
 CACHE_FORMAT = 1
-KB_ROLES = ("text", "tables", "medical")
-DEFAULT_KB_IDS = {"text": "wikipedia_text", "tables": "tables", "medical": "medical_hpo"}
 SPLITS = ("train", "validation", "test")
 ANSWERABILITY_K = 3
-Category = Literal[
-    "country_capital",
-    "country_population",
-    "element_symbol",
-    "element_number",
-    "disease_phenotype",
-    "wiki_description",
-    "capital_population",
-    "wiki_country_capital",
-    "arithmetic",
-]
-CATEGORIES: tuple[str, ...] = typing.get_args(Category)
-#: Knowledge-base roles each category needs (to build only those KBs).
-CATEGORY_ROLES: dict[str, tuple[str, ...]] = {
-    "country_capital": ("tables",),
-    "country_population": ("tables",),
-    "element_symbol": ("tables",),
-    "element_number": ("tables",),
-    "disease_phenotype": ("medical",),
-    "wiki_description": ("text",),
-    "capital_population": ("tables",),
-    "wiki_country_capital": ("text", "tables"),
-    "arithmetic": (),
-}
-MIN_DESCRIPTION_WORDS = 4
-MAX_DISEASE_WORDS = 5
-MAX_DISEASE_CHARS = 40
-MIN_DISEASE_PHENOTYPES = 3
-
-
-@dataclass(frozen=True)
-class GoldStep:
-    """One hop of a gold route: the KB *role* to ask (``"text"``, ``"tables"``, ``"medical"``), the gold
-    follow-up query, and the answers a good retrieval must surface for it."""
-
-    kb: str
-    sub_question: str
-    answers: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class RoutingQuestion:
-    """A question, its acceptable final answers (first = canonical) and its gold route.
-
-    ``steps`` is empty for the route ``"none"`` (answer without retrieval); ``route`` is the roles of the
-    steps joined by ``">"`` (``"tables"``, ``"text>tables"``); ``split`` is ``"train"``, ``"validation"``,
-    ``"test"`` or ``"quiz"`` (the out-of-distribution set of :mod:`grove.knowledge.quiz_questions`)."""
-
-    qid: str
-    question: str
-    answers: tuple[str, ...]
-    steps: tuple[GoldStep, ...]
-    category: str
-    route: str
-    split: str
-
-
-def route_of(steps: tuple[GoldStep, ...]) -> str:
-    """``"none"`` for no steps, else the steps' roles joined by ``">"``."""
-    return ">".join(s.kb for s in steps) or "none"
-
-
-def question_from_dict(d: dict[str, Any]) -> RoutingQuestion:
-    """Inverse of ``dataclasses.asdict`` for a :class:`RoutingQuestion` (used by the JSON cache)."""
-    steps = tuple(GoldStep(s["kb"], s["sub_question"], tuple(s["answers"])) for s in d["steps"])
-    return RoutingQuestion(
-        qid=d["qid"],
-        question=d["question"],
-        answers=tuple(d["answers"]),
-        steps=steps,
-        category=d["category"],
-        route=d["route"],
-        split=d["split"],
-    )
-
-
-class RoutingQuestionParams(BaseModel):
-    """Parameters of :func:`routing_questions`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    seed: int = Field(
-        0, description="Seed of the entity split hash, the candidate order and the arithmetic draws."
-    )
-    per_category: int = Field(
-        120, ge=1, description="Questions per category over all three splits (fewer when the data runs out)."
-    )
-    validation_fraction: float = Field(
-        0.1, ge=0, lt=1, description="Share of entities (and questions) in validation."
-    )
-    test_fraction: float = Field(0.2, ge=0, lt=1, description="Share of entities (and questions) in test.")
-    categories: list[Category] = Field(
-        default_factory=lambda: list(CATEGORIES),
-        min_length=1,
-        description="Categories to build (kept in the canonical order).",
-    )
-    min_category_size: int = Field(
-        10,
-        ge=1,
-        description="A category yielding fewer questions than this (all splits) is skipped and logged.",
-    )
-    cache_dir: str | None = Field(
-        None,
-        description="Cache root (questions in knowledge/routing_questions/, KBs beside them); default "
-        "$GROVE_CACHE_DIR, else $GROVE_CACHE, else ~/.cache/grove.",
-    )
-
-    @field_validator("categories")
-    @classmethod
-    def _canonical(cls, v: list[str]) -> list[str]:
-        return [c for c in CATEGORIES if c in v]
-
-    @model_validator(mode="after")
-    def _fractions(self) -> RoutingQuestionParams:
-        if self.validation_fraction + self.test_fraction >= 1:
-            raise ValueError(
-                f"validation_fraction + test_fraction must be < 1 (got {self.validation_fraction} + "
-                f"{self.test_fraction}): the train split would be empty"
-            )
-        return self
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,51 +132,6 @@ def split_targets(params: RoutingQuestionParams) -> dict[str, int]:
     return {"train": max(params.per_category - n_val - n_test, 0), "validation": n_val, "test": n_test}
 
 
-def _population_answers(population: int) -> tuple[str, ...]:
-    return (str(population), f"{population:,}")
-
-
-_PAREN_TAIL_RE = re.compile(r"\s*\([^)]*\)\s*$")
-
-
-def _title_answers(title: str) -> tuple[str, ...]:
-    short = _PAREN_TAIL_RE.sub("", title).strip()
-    return (title, short) if short and short != title else (title,)
-
-
-def _dedupe(items: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    seen: dict[str, None] = {}
-    for x in items:
-        if x and x not in seen:
-            seen[x] = None
-    return tuple(seen)
-
-
-@dataclass
-class _Candidate:
-    """A question before the answerability check; ``gold_docs[i]`` is the doc hop ``i`` must surface."""
-
-    entity: str
-    qid: str
-    question: str
-    answers: tuple[str, ...]
-    steps: tuple[GoldStep, ...]
-    gold_docs: tuple[str | None, ...] = field(default=())
-
-
-class _Kbs:
-    """The default KBs of the roles, built lazily with the params' cache dir."""
-
-    def __init__(self, cache_dir: str | None) -> None:
-        self.cache_dir = cache_dir
-        self._built: dict[str, Any] = {}
-
-    def __getitem__(self, role: str) -> Any:
-        if role not in self._built:
-            self._built[role] = build_knowledge_base(DEFAULT_KB_IDS[role], {"cache_dir": self.cache_dir})
-        return self._built[role]
-
-
 def hop_is_answerable(kb: Any, step: GoldStep, gold_doc: str | None, k: int = ANSWERABILITY_K) -> bool:
     """Whether searching ``step.sub_question`` on ``kb`` returns ``gold_doc`` (when given) in the top ``k``
     and some top-``k`` passage contains one of ``step.answers``."""
@@ -307,246 +142,18 @@ def hop_is_answerable(kb: Any, step: GoldStep, gold_doc: str | None, k: int = AN
 
 
 # --------------------------------------------------------------------------------------------
-# candidates per category
-# --------------------------------------------------------------------------------------------
-
-
-def _countries(tables: KeyedBm25KnowledgeBase) -> list[tuple[str, dict[str, Any]]]:
-    return [
-        (doc_id, f)
-        for (doc_id, _, _), f in zip(tables.rows, tables.fields, strict=True)
-        if f.get("table") == "countries"
-    ]
-
-
-def _capital_gives_itself_away(country: str, capital: str) -> bool:
-    return contains_answer(capital, [country])
-
-
-def _country_capital(kbs: _Kbs, params: RoutingQuestionParams) -> Iterator[_Candidate]:
-    for doc_id, c in _countries(kbs["tables"]):
-        name, capital = c["name"], c["capital"]
-        if not capital or _capital_gives_itself_away(name, capital):
-            continue
-        step = GoldStep("tables", f"capital of {name}", (capital,))
-        yield _Candidate(
-            name,
-            f"country_capital:{c['iso']}",
-            f"What is the capital of {name}?",
-            (capital,),
-            (step,),
-            (doc_id,),
-        )
-
-
-def _country_population(kbs: _Kbs, params: RoutingQuestionParams) -> Iterator[_Candidate]:
-    for doc_id, c in _countries(kbs["tables"]):
-        name, population = c["name"], int(c["population"])
-        if population <= 0:
-            continue
-        answers = _population_answers(population)
-        step = GoldStep("tables", f"population of {name}", answers)
-        yield _Candidate(
-            name,
-            f"country_population:{c['iso']}",
-            f"What is the population of {name}?",
-            answers,
-            (step,),
-            (doc_id,),
-        )
-
-
-def _elements(tables: KeyedBm25KnowledgeBase) -> list[tuple[str, dict[str, Any]]]:
-    return [
-        (doc_id, f)
-        for (doc_id, _, _), f in zip(tables.rows, tables.fields, strict=True)
-        if f.get("table") == "elements"
-    ]
-
-
-def _element_symbol(kbs: _Kbs, params: RoutingQuestionParams) -> Iterator[_Candidate]:
-    for doc_id, e in _elements(kbs["tables"]):
-        step = GoldStep("tables", f"chemical symbol of {e['name']}", (e["symbol"],))
-        yield _Candidate(
-            e["name"],
-            f"element_symbol:{e['number']}",
-            f"What is the chemical symbol of {e['name']}?",
-            (e["symbol"],),
-            (step,),
-            (doc_id,),
-        )
-
-
-def _element_number(kbs: _Kbs, params: RoutingQuestionParams) -> Iterator[_Candidate]:
-    for doc_id, e in _elements(kbs["tables"]):
-        answer = str(e["number"])
-        step = GoldStep("tables", f"atomic number of {e['name']}", (answer,))
-        yield _Candidate(
-            e["name"],
-            f"element_number:{e['number']}",
-            f"What is the atomic number of {e['name']}?",
-            (answer,),
-            (step,),
-            (doc_id,),
-        )
-
-
-_DISEASE_NAME_RE = re.compile(r"^[^,;()\[\]0-9]+$")
-
-
-def _disease_phenotype(kbs: _Kbs, params: RoutingQuestionParams) -> Iterator[_Candidate]:
-    medical: KeyedBm25KnowledgeBase = kbs["medical"]
-    for (doc_id, _, _), f in zip(medical.rows, medical.fields, strict=True):
-        if f.get("type") != "disease":
-            continue
-        name = f["name"]
-        if (
-            len(name) > MAX_DISEASE_CHARS
-            or len(name.split()) > MAX_DISEASE_WORDS
-            or not _DISEASE_NAME_RE.match(name)
-            or len(f["phenotypes"]) < MIN_DISEASE_PHENOTYPES
-        ):
-            continue
-        step = GoldStep("medical", f"phenotypes of {name}", tuple(f["phenotypes"][: f["shown"]]))
-        yield _Candidate(
-            name,
-            f"disease_phenotype:{doc_id}",
-            f"Name one clinical feature (phenotype) of {name}.",
-            _dedupe(f["phenotypes"]),
-            (step,),
-            (doc_id,),
-        )
-
-
-def _unique_descriptions(wiki: WikipediaTextKnowledgeBase) -> list[dict[str, str]]:
-    """Articles whose description has >= 4 words, is unique in the corpus and does not contain the title."""
-    counts: dict[str, int] = {}
-    for d in wiki.docs:
-        if d["description"]:
-            key = normalize_answer(d["description"])
-            counts[key] = counts.get(key, 0) + 1
-    return [
-        d
-        for d in wiki.docs
-        if d["description"]
-        and counts[normalize_answer(d["description"])] == 1
-        and len(d["description"].split()) >= MIN_DESCRIPTION_WORDS
-        and not contains_answer(d["description"], [d["title"]])
-        and "'" not in d["description"]  # the question quotes it in single quotes
-    ]
-
-
-def _wiki_description(kbs: _Kbs, params: RoutingQuestionParams) -> Iterator[_Candidate]:
-    for d in _unique_descriptions(kbs["text"]):
-        title = d["title"]
-        answers = _title_answers(title)
-        step = GoldStep("text", d["description"], answers)
-        yield _Candidate(
-            title,
-            f"wiki_description:{title}",
-            f"Which subject is described as '{d['description']}'?",
-            answers,
-            (step,),
-            (title,),
-        )
-
-
-def _capital_population(kbs: _Kbs, params: RoutingQuestionParams) -> Iterator[_Candidate]:
-    tables: KeyedBm25KnowledgeBase = kbs["tables"]
-    countries = {f["name"]: (doc_id, f) for doc_id, f in _countries(tables)}
-    for (city_doc, _, _), c in zip(tables.rows, tables.fields, strict=True):
-        if c.get("table") != "cities" or not c.get("capital_of") or c["capital_of"] not in countries:
-            continue
-        country_doc, country = countries[c["capital_of"]]
-        name, capital = country["name"], c["name"]
-        if _capital_gives_itself_away(name, capital):
-            continue
-        answers = _population_answers(int(c["population"]))
-        steps = (
-            GoldStep("tables", f"capital of {name}", (capital,)),
-            GoldStep("tables", f"population of {capital}", answers),
-        )
-        yield _Candidate(
-            name,
-            f"capital_population:{country['iso']}",
-            f"What is the population of the capital of {name}?",
-            answers,
-            steps,
-            (country_doc, city_doc),
-        )
-
-
-def _wiki_country_capital(kbs: _Kbs, params: RoutingQuestionParams) -> Iterator[_Candidate]:
-    countries = {normalize_answer(f["name"]): (doc_id, f) for doc_id, f in _countries(kbs["tables"])}
-    for d in _unique_descriptions(kbs["text"]):
-        hit = countries.get(normalize_answer(d["title"]))
-        if hit is None or not hit[1]["capital"]:
-            continue
-        country_doc, c = hit
-        if _capital_gives_itself_away(c["name"], c["capital"]):
-            continue
-        steps = (
-            GoldStep("text", d["description"], (d["title"],)),
-            GoldStep("tables", f"capital of {c['name']}", (c["capital"],)),
-        )
-        yield _Candidate(
-            c["name"],
-            f"wiki_country_capital:{c['iso']}",
-            f"What is the capital of the country described as '{d['description']}'?",
-            (c["capital"],),
-            steps,
-            (d["title"], country_doc),
-        )
-
-
-def _arithmetic(kbs: _Kbs, params: RoutingQuestionParams) -> Iterator[_Candidate]:
-    rng = random.Random(f"grove-routing-arithmetic-{params.seed}")
-    seen: set[str] = set()
-    attempts = 0
-    while len(seen) < 20 * params.per_category and attempts < 200 * params.per_category:
-        attempts += 1
-        op = rng.choice(("plus", "minus", "times"))
-        if op == "times":
-            a, b = rng.randint(2, 19), rng.randint(2, 12)
-            value = a * b
-        else:
-            a, b = rng.randint(2, 99), rng.randint(2, 99)
-            if op == "minus" and a < b:
-                a, b = b, a
-            value = a + b if op == "plus" else a - b
-        expr = f"{a} {op} {b}"
-        if expr in seen:
-            continue
-        seen.add(expr)
-        yield _Candidate(expr, f"arithmetic:{a}-{op}-{b}", f"What is {expr}?", (str(value),), (), ())
-
-
-GENERATORS: dict[str, Callable[[_Kbs, RoutingQuestionParams], Iterator[_Candidate]]] = {
-    "country_capital": _country_capital,
-    "country_population": _country_population,
-    "element_symbol": _element_symbol,
-    "element_number": _element_number,
-    "disease_phenotype": _disease_phenotype,
-    "wiki_description": _wiki_description,
-    "capital_population": _capital_population,
-    "wiki_country_capital": _wiki_country_capital,
-    "arithmetic": _arithmetic,
-}
-
-
-# --------------------------------------------------------------------------------------------
 # building
 # --------------------------------------------------------------------------------------------
 
 
 def _build(params: RoutingQuestionParams) -> dict[str, Any]:
-    kbs = _Kbs(params.cache_dir)
+    kbs = RoleKnowledgeBases(params.cache_dir)
     targets = split_targets(params)
     questions: list[RoutingQuestion] = []
     report: dict[str, Any] = {"targets": targets, "categories": {}, "skipped_categories": {}}
     for category in params.categories:
         candidates = list(GENERATORS[category](kbs, params))
-        by_split: dict[str, list[_Candidate]] = {s: [] for s in SPLITS}
+        by_split: dict[str, list[Candidate]] = {s: [] for s in SPLITS}
         for c in candidates:
             by_split[split_of(c.entity, params)].append(c)
         chosen: dict[str, list[RoutingQuestion]] = {}
