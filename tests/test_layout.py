@@ -20,11 +20,13 @@ ALLOWED = {
     "infra": {"core"},
     "evaluation": {"infra", "rewards", "rollout", "tasks"},
     "config": {"builtin_components", "core", "registry", "tasks"},
-    "pipeline": {"batch", "config", "core", "infra", "models", "rewards", "rollout", "tasks"},
+    "pipeline": {"batch", "config", "core", "distributed", "infra", "models", "rewards", "rollout", "tasks"},
+    "distributed": {"batch"},
     "knowledge": {"registry"},
     "envs": {"knowledge", "registry"},
     "experience": {
-        "batch", "config", "core", "envs", "evaluation", "infra", "pipeline", "registry", "rewards", "rollout", "tasks",
+        "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",
+        "rollout", "tasks",
     },
 }
 

@@ -38,7 +38,7 @@ def test_select_rollouts_keeps_extremes_per_group_and_raises_variance():
     batch = make_test_batch([0] * 6 + [1] * 4, [3] * 10)
     scores = torch.tensor([0.1, 0.9, 0.5, 0.4, 0.0, 1.0, 2.0, 2.0, 0.0, 1.0])
     batch = batch.replace(advantages=_grpo(batch, scores, None))
-    kept, kept_scores, stats = select_rollouts(batch, scores, SampleSelection("group"), 0.5, _grpo, None)
+    kept, kept_scores, stats, _ = select_rollouts(batch, scores, SampleSelection("group"), 0.5, _grpo, None)
     # group 0 keeps 3 of 6: the max-variance triple of {0.1,0.9,0.5,0.4,0.0,1.0} is {0.0, 0.1, 1.0} or
     # {0.0, 0.9, 1.0}; group 1 keeps 2 of 4: one 0.0 and one 2.0
     assert kept.num_samples == 5 and stats["selection/kept_samples_frac"] == 0.5
@@ -48,7 +48,7 @@ def test_select_rollouts_keeps_extremes_per_group_and_raises_variance():
     assert stats["selection/adv_var_after"] >= stats["selection/adv_var_before"]
     # 'keep' carries the full-group advantages; 'recompute' renormalises the kept subset
     torch.testing.assert_close(kept.advantages, batch.advantages[torch.isin(torch.arange(10), _rows(batch, kept))])
-    again, _, _ = select_rollouts(batch, scores, SampleSelection("group", recompute_advantages=True), 0.5, _grpo, None)
+    again, _, _, _ = select_rollouts(batch, scores, SampleSelection("group", recompute_advantages=True), 0.5, _grpo, None)
     torch.testing.assert_close(again.advantages, _grpo(again, kept_scores, None))
 
 

@@ -337,7 +337,7 @@ def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path):
     cfg = load_config("examples/arithmetic.yaml", [a for a in args if a != "--set"])
     trainer = Trainer(cfg, out)
     copy_model = trainer.engine.model
-    assert copy_model is trainer.generation_weights.model and copy_model is not trainer.model
+    assert copy_model is trainer.models.generation_weights.model and copy_model is not trainer.model
     assert all(p.dtype == torch.bfloat16 and not p.requires_grad for p in copy_model.parameters())
     with torch.no_grad():  # move the policy away from the copy: only a refresh can bring them together
         for p in trainer.model.parameters():

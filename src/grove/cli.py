@@ -1,4 +1,4 @@
-"""The ``grove`` command line: train, eval, config show, plot."""
+"""The ``grove`` command line: train, eval, config show, plot, export."""
 
 from __future__ import annotations
 
@@ -46,20 +46,31 @@ def train(
     if resume is not None:
         overrides.append(f"output_dir={resume}")
     cfg = _load(config, overrides)
+    from grove.distributed.world import init_world
     from grove.training.trainer import Trainer
 
+    world = init_world(cfg.distributed.timeout_seconds, cfg.distributed.device)  # one process without torchrun
+    where = f"{world.label}: " if world.distributed else ""
     try:
-        trainer = Trainer(cfg, Path(cfg.output_dir), resume=resume is not None)
+        trainer = Trainer(cfg, Path(cfg.output_dir), resume=resume is not None, world=world)
     except ConfigError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {where}{exc}")
+        world.close()
         raise typer.Exit(2) from None
-    if trainer.resume_from is not None:
+    if trainer.resume_from is not None and world.is_main:
         err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
-    summary = trainer.run()
-    from grove.infra.plotting import plot_run
+    try:
+        summary = trainer.run()
+    except Exception as exc:
+        if world.distributed:  # say which rank failed, before the traceback torchrun collects
+            err.print(f"[red]error:[/red] {where}{type(exc).__name__}: {exc}")
+        raise
+    if world.is_main:
+        from grove.infra.plotting import plot_run
 
-    plots = plot_run(summary.run_dir)
-    _print_summary(summary.run_dir, plots)
+        plots = plot_run(summary.run_dir)
+        _print_summary(summary.run_dir, plots)
+    world.close()
 
 
 def _print_summary(run_dir: Path, plots: list[Path]) -> None:
@@ -202,7 +213,7 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
 
     import grove.builtin_components  # noqa: F401
     from grove.config.derived import needs_reference_model
-    from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes
+    from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes, lora_parameter_count
     from grove.models.pretrained import resolve_model_path
     from grove.rollout.engine import encode_prompts
     from grove.tasks.task import build_task
@@ -222,6 +233,13 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
         )
     )
     t = cfg.train
+    dims = ModelDims.from_model_dir(path)
+    lora = cfg.model.lora
+    try:
+        lora_params = lora_parameter_count(dims, lora.r, lora.target_modules) if lora is not None else None
+    except ValueError as exc:
+        console.print(f"memory plan: not available: {exc}", markup=False, highlight=False)
+        return
     shape = RunShape(
         prompt_tokens=prompt_tokens,
         max_new_tokens=cfg.rollout.max_new_tokens,
@@ -229,12 +247,13 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
         completions_per_prompt=t.completions_per_prompt,
         micro_batch_size=min(t.micro_batch_size, t.completions_per_step // t.mini_batches),
         shared_prefix=t.forward != "padded",
-        reference_model=needs_reference_model(cfg),
+        reference_model=needs_reference_model(cfg) and lora is None,  # LoRA: the base with adapters disabled
         compute_bytes=2 if t.precision == "bf16" else 4,
         bf16_generation_copy=cfg.rollout.bf16_weights,
         logit_cache_bytes=int(t.logit_cache_mb * 2**20),
+        lora_params=lora_params,
     )
-    parts = estimate_peak_bytes(ModelDims.from_model_dir(path), shape)
+    parts = estimate_peak_bytes(dims, shape)
     table = Table(title=f"estimated peak memory (longest prompt {prompt_tokens} tokens)")
     table.add_column("component")
     table.add_column("GiB", justify="right")
@@ -268,6 +287,27 @@ def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> N
         raise typer.Exit(2) from None
     for p in paths:
         console.print(str(p))
+
+
+@app.command()
+def export(
+    checkpoint_dir: Annotated[Path, typer.Argument(help="A checkpoint directory, RUN/checkpoints/step-N.")],
+    out_dir: Annotated[Path, typer.Argument(help="Where to write the model (must not exist, or be empty).")],
+) -> None:
+    """Write a checkpoint as a plain transformers model: LoRA adapters merged into their base model, a full
+    checkpoint copied; loadable with AutoModelForCausalLM.from_pretrained, without grove or peft."""
+    from rich.markup import escape
+
+    from grove.models.lora import export_merged
+
+    try:
+        path = export_merged(checkpoint_dir, out_dir)
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(2) from None
+    console.print(str(path), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"load it with AutoModelForCausalLM.from_pretrained({str(path)!r})", markup=False,
+                  highlight=False, soft_wrap=True)
 
 
 def main() -> None:

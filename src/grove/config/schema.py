@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 from grove.config.algorithm import AlgorithmConfig
 from grove.config.components import ComponentSpec
 from grove.config.derived import batch_quantities
+from grove.config.distributed_section import DistributedConfig
 from grove.config.env_section import EnvConfig
 from grove.config.sections import (
     CheckpointConfig,
@@ -65,6 +66,9 @@ class GroveConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    distributed: DistributedConfig = Field(
+        default_factory=DistributedConfig, description="Multi-process training under torchrun (docs/distributed.md)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> GroveConfig:

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from grove.config.components import ComponentSpec
+from grove.config.lora_section import LoraSettings
 from grove.core.keep_ratio_schedules import KeepRatioSchedule
 
 
@@ -23,6 +24,9 @@ class ModelConfig(Section):
         description="A local transformers model directory, or 'smollm2-135m' for the embedded default.",
     )
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype of the weights.")
+    lora: LoraSettings | None = Field(
+        None, description="LoRA adapters via peft ({r, alpha, target_modules, dropout}); null = full fine-tuning."
+    )
 
 
 class RewardConfig(ComponentSpec):

@@ -60,6 +60,7 @@ class CompletionSource:
             pad_token_id=ctx.engine.pad_token_id,
             aggregator=REWARD_AGGREGATORS.get(aggregation.id),
             aggregator_params=aggregator_params,
+            world=ctx.world,
         )
         self.sampler = TaskSampler(len(self.task.train), cfg.seed)
 

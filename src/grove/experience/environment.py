@@ -24,6 +24,7 @@ import torch
 
 from grove.batch import RolloutBatch
 from grove.core.shaping import informative_groups
+from grove.distributed.batch_exchange import gather_batch
 from grove.envs import build_environment
 from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import AccuracyReport
@@ -42,7 +43,7 @@ from grove.experience.source import SourceContext, StepExperience
 from grove.experience.task_sampler import TaskSampler
 from grove.experience.trajectory_batch import trajectories_to_batch
 from grove.infra.precision import autocast
-from grove.pipeline.collect import add_reference, with_advantages
+from grove.pipeline.collect import kl_penalised_scores, with_advantages, with_reference_logprobs
 from grove.registry import ACTION_PARSERS, EXPERIENCE_SOURCES
 
 __all__ = ["EnvironmentSource"]
@@ -63,7 +64,9 @@ class EnvironmentSource:
         self.parse = lambda text, obs: parser(text, obs, parser_params)
         self.sampling = rollout_sampling(cfg)
         self.sampler = TaskSampler(len(self.suite.train_tasks), cfg.seed)
-        self.groups = cfg.train.prompts_per_step
+        self.groups = cfg.train.prompts_per_step  # env groups per step, over all ranks
+        self.world = ctx.world
+        self.shard = self.world.shard(self.groups)  # this rank's groups [start, end)
         self.group_size = cfg.train.completions_per_prompt
         a = cfg.algorithm
         self.max_rounds = a.dynamic_sampling.max_rounds if a.dynamic_sampling.enabled else 1
@@ -111,9 +114,11 @@ class EnvironmentSource:
         )
 
     def _draw_starts(self) -> list[tuple[int, int]]:
+        """This rank's ``(task, seed)`` starts; every rank draws the step's tasks, so the sampler stays in step."""
         tasks = [self.suite.train_tasks[i] for i in self.sampler.next(self.groups)]
         seeds = torch.randint(0, 2**31 - 1, (self.groups,), generator=self.ctx.generator).tolist()
-        return list(zip(tasks, seeds, strict=True))
+        start, end = self.shard
+        return list(zip(tasks, seeds, strict=True))[start:end]
 
     # ------------------------------------------------------------------ one step
     def collect(self, step: int) -> StepExperience:
@@ -121,25 +126,29 @@ class EnvironmentSource:
         kept_groups, rounds, filled = 0, 0, 0
         runs: list[EpisodeRun] = []
         last: list[Trajectory] = []
-        while rounds < self.max_rounds and kept_groups < self.groups:
-            run = self.play(self._draw_starts(), self.group_size, self.sampling)
-            for traj in run.trajectories:
-                traj.group += rounds * self.groups
-            runs.append(run)
+        groups = self.shard[1] - self.shard[0]
+        while rounds < self.max_rounds and self.world.any(kept_groups < groups, "rollout: dynamic sampling"):
+            starts = self._draw_starts()
             rounds += 1
+            if kept_groups >= groups:
+                continue  # this rank is full; others are still playing rounds
+            run = self.play(starts, self.group_size, self.sampling)
+            for traj in run.trajectories:
+                traj.group += (rounds - 1) * groups
+            runs.append(run)
             last = run.trajectories
             if self.max_rounds == 1:
-                kept, kept_groups = last, self.groups
+                kept, kept_groups = last, groups
                 break
             informative = _informative(last)
             kept.extend(t for t, keep in zip(last, informative, strict=True) if keep)
             kept_groups = len({t.group for t in kept})
-        if kept_groups < self.groups:  # out of rounds: top up with the last round's uninformative groups
+        if kept_groups < groups:  # out of rounds: top up with the last round's uninformative groups
             rest = [t for t, keep in zip(last, _informative(last), strict=True) if not keep]
-            fill = sorted({t.group for t in rest})[: self.groups - kept_groups]
+            fill = sorted({t.group for t in rest})[: groups - kept_groups]
             filled = len(fill)
             kept.extend(t for t in rest if t.group in set(fill))
-        kept = [t for t in _renumber_groups(kept) if t.group < self.groups]
+        kept = [t for t in _renumber_groups(kept) if t.group < groups]
 
         batch, scores = trajectories_to_batch(
             kept,
@@ -147,10 +156,15 @@ class EnvironmentSource:
             pad_token_id=self.ctx.engine.pad_token_id,
             anchor_similarity=self.env_cfg.anchor_similarity,
         )
+        episode_stats = self.world.mean_over_ranks(
+            self._stats(kept, runs, batch, rounds, filled), "rollout: episode statistics"
+        )
+        batch = with_reference_logprobs(batch, self.ctx.reference)
+        batch, local_rows, scores = gather_batch(self.world, batch, self.ctx.engine.pad_token_id, scores)
         stats: dict[str, float] = {}
-        batch, scores = add_reference(batch, scores, self.ctx.reference, self.ctx.kl_in_reward(), stats)
+        scores = kl_penalised_scores(batch, scores, self.ctx.kl_in_reward(), stats)
         batch, scores = with_advantages(batch, scores, self.ctx.advantage_fn, self.ctx.advantage_params, stats)
-        stats.update(self._stats(kept, runs, batch, rounds, filled))
+        stats.update(episode_stats)
         keep = self.ctx.cfg.logging.samples_per_step
         samples = [t.record() for t in kept[:keep]]
         return StepExperience(
@@ -160,6 +174,7 @@ class EnvironmentSource:
             sum(r.generated_tokens for r in runs),
             stats,
             samples,
+            local_rows=local_rows,
         )
 
     def _stats(

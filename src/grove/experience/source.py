@@ -15,7 +15,7 @@ A new source is one file: a factory ``fn(context: SourceContext) -> ExperienceSo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -25,6 +25,7 @@ from torch import Tensor
 from grove.batch import RolloutBatch
 from grove.config import GroveConfig
 from grove.core.advantages import AdvantageFn
+from grove.distributed.world import World
 from grove.evaluation.evaluate import EvalResult
 from grove.pipeline.collect import KLInReward, StepExperience
 from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES
@@ -39,7 +40,8 @@ class SourceContext:
 
     ``reference`` computes reference log-probs of a batch (``None`` when no reference model is loaded);
     ``kl_in_reward`` returns this step's KL-in-reward setting (``None`` unless ``kl.placement: reward``;
-    its coefficient can change between steps).
+    its coefficient can change between steps). ``world``: the ranks the step's groups are shared among
+    (a source generates only this rank's share and gathers the scored batch, :mod:`grove.distributed`).
     """
 
     cfg: GroveConfig
@@ -50,6 +52,7 @@ class SourceContext:
     advantage_params: BaseModel
     reference: Callable[[RolloutBatch], Tensor] | None
     kl_in_reward: Callable[[], KLInReward | None]
+    world: World = field(default_factory=World)
 
     @classmethod
     def for_evaluation(cls, cfg: GroveConfig, engine: RolloutEngine, tokenizer: Any) -> SourceContext:

@@ -3,10 +3,16 @@
 A checkpoint is a directory ``RUN_DIR/checkpoints/step-NNNNNN`` holding
 
 * ``model/``: the policy as safetensors (``save_pretrained``) plus its tokenizer, loadable by
-  ``grove eval --model`` and by any transformers code;
-* ``trainer_state.pt``: optimizer, scheduler, sampler position, step, and every RNG state
-  (Python, NumPy, torch, and the rollout sampling generator), saved with plain tensors so it loads
-  with ``torch.load(weights_only=True)``.
+  ``grove eval --model`` and by any transformers code; with ``model.lora``, the peft adapter
+  (``adapter_config.json`` + ``adapter_model.safetensors``; ``grove export`` merges it into a full model);
+* ``trainer_state.pt``: optimizer (full state keyed by parameter name, whatever strategy wrote it),
+  scheduler, sampler position, step, and every RNG state (Python, NumPy, torch, and the rollout sampling
+  generator; one set per rank in ``rank_states``), saved with plain tensors so it loads with
+  ``torch.load(weights_only=True)``.
+
+With several ranks, only rank 0 writes (the full states are gathered to it first:
+:mod:`grove.distributed.checkpoint_state`), so a checkpoint is the same whatever strategy or world size
+wrote it, and resumes under any other.
 
 It is written to a temporary directory and renamed into place, so a run killed at any moment
 (``kill -9`` included) leaves only complete checkpoints; resume picks the newest one.
@@ -16,7 +22,8 @@ from __future__ import annotations
 
 import random
 import shutil
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +42,9 @@ class TrainerState:
     generator: torch.Tensor
     rng: dict[str, Any]
     controllers: dict[str, dict[str, Any]]
+    # per rank, in rank order: {"generator": rollout generator state, "rng": capture_rng()}; rank 0's are also
+    # ``generator`` / ``rng`` above (and all a checkpoint from before multi-rank runs has)
+    rank_states: list[dict[str, Any]] = field(default_factory=list)
 
 
 def capture_rng() -> dict[str, Any]:
@@ -72,7 +82,10 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(run_dir: Path, model, tokenizer, state: TrainerState, keep_last: int) -> Path:
+def save_checkpoint(
+    run_dir: Path, write_model: Callable[[Path], None], tokenizer, state: TrainerState, keep_last: int
+) -> Path:
+    """Write ``state`` and the policy (``write_model(directory)``: ``save_pretrained`` or an adapter) atomically."""
     final = checkpoint_dir(run_dir, state.step)
     tmp = final.parent / f".tmp-{final.name}"
     if tmp.exists():
@@ -81,7 +94,7 @@ def save_checkpoint(run_dir: Path, model, tokenizer, state: TrainerState, keep_l
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the run's own progress bar is the one to read
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    write_model(tmp / "model")
     tokenizer.save_pretrained(tmp / "model")
     torch.save(state.__dict__, tmp / "trainer_state.pt")
     if final.exists():  # a re-run of the same step after resume: replace it

@@ -4,6 +4,10 @@ The estimate adds the resident pieces of a training step for a decoder-only tran
 
 * policy weights, gradients and AdamW's two moments (float32 master copies: 4 × 4 bytes/param);
 * the reference model's weights when β > 0;
+* with LoRA (``model.lora``, :mod:`grove.models.lora`): the full weights, frozen (no gradient, no AdamW
+  state), plus the adapters with their gradients and AdamW moments (4 × 4 bytes per adapter parameter,
+  ``r · (in + out)`` per targeted projection, :func:`lora_parameter_count`); no reference copy (the reference
+  is the same model with its adapters disabled) and no ``[vocab, hidden]`` head gradient (the head is frozen);
 * training activations of one micro-batch: per token and layer, the tensors autograd keeps for a
   LLaMA-style block (norm inputs, q/k/v, attention output, MLP gate/up/activation/down input,
   residuals): ≈ ``(8·hidden + 2·kv_dim + 4·intermediate)`` values, in the compute dtype; with the
@@ -21,6 +25,7 @@ It is an estimate (allocator overhead, the Python runtime and framework buffers 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +42,23 @@ class ModelDims:
     layers: int
     kv_dim: int  # num_key_value_heads × head_dim
     vocab: int
+    attention_dim: int | None = None  # num_attention_heads × head_dim (None: hidden)
+
+    @property
+    def q_dim(self) -> int:
+        return self.hidden if self.attention_dim is None else self.attention_dim
+
+    def projection_shapes(self) -> dict[str, tuple[int, int]]:
+        """``(out, in)`` of each Linear projection of one Llama-style block, by module name."""
+        return {
+            "q_proj": (self.q_dim, self.hidden),
+            "k_proj": (self.kv_dim, self.hidden),
+            "v_proj": (self.kv_dim, self.hidden),
+            "o_proj": (self.hidden, self.q_dim),
+            "gate_proj": (self.intermediate, self.hidden),
+            "up_proj": (self.intermediate, self.hidden),
+            "down_proj": (self.hidden, self.intermediate),
+        }
 
     @classmethod
     def from_model_dir(cls, path: Path) -> ModelDims:
@@ -53,7 +75,23 @@ class ModelDims:
             layers=config["num_hidden_layers"],
             kv_dim=kv_heads * head_dim,
             vocab=config["vocab_size"],
+            attention_dim=heads * head_dim,
         )
+
+
+def lora_parameter_count(m: ModelDims, r: int, target_modules: Sequence[str]) -> int:
+    """LoRA adapter parameters on a Llama-style model: ``r · (in + out)`` per targeted projection and layer.
+
+    A target may be a projection name (``q_proj``) or a dotted suffix ending in one (``self_attn.q_proj``);
+    other names (another architecture's modules) raise ``ValueError``."""
+    shapes = m.projection_shapes()
+    unknown = sorted({t for t in target_modules if t.rsplit(".", 1)[-1] not in shapes})
+    if unknown:
+        raise ValueError(
+            f"cannot size LoRA adapters on {unknown}: the planner knows the Llama-style projections {list(shapes)}"
+        )
+    names = {t.rsplit(".", 1)[-1] for t in target_modules}
+    return m.layers * sum(r * (shapes[n][0] + shapes[n][1]) for n in names)
 
 
 def _count_params(path: Path) -> int:
@@ -84,6 +122,7 @@ class RunShape:
     bf16_generation_copy: bool = False  # rollout.bf16_weights
     logits_chunk: int = DEFAULT_CHUNK_SIZE
     logit_cache_bytes: int = DEFAULT_CACHE_BYTES  # train.logit_cache_mb
+    lora_params: int | None = None  # adapter parameters with model.lora (lora_parameter_count); None: full fine-tuning
 
 
 def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
@@ -95,11 +134,16 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
     else:
         tokens = r.micro_batch_size * (r.prompt_tokens + r.max_new_tokens)
     rows = r.prompts_per_step * r.completions_per_prompt
-    parts = {
-        "policy weights (fp32)": 4.0 * m.num_params,
-        "gradients (fp32)": 4.0 * m.num_params,
-        "AdamW moments (fp32)": 8.0 * m.num_params,
-        "reference model": 4.0 * m.num_params if r.reference_model else 0.0,
+    lora = r.lora_params is not None
+    trained = r.lora_params if lora else m.num_params
+    parts = {"policy weights (fp32)": 4.0 * m.num_params}
+    if lora:
+        parts["LoRA adapters (fp32)"] = 4.0 * trained
+    parts |= {
+        "gradients (fp32)": 4.0 * trained,
+        "AdamW moments (fp32)": 8.0 * trained,
+        # with LoRA the reference policy is the same weights with the adapters disabled: no copy
+        "reference model": 4.0 * m.num_params if r.reference_model and not lora else 0.0,
         "bf16 generation copy": 2.0 * m.num_params if r.bf16_generation_copy else 0.0,
         "activations (one micro-batch)": float(tokens * m.layers * per_token_layer * r.compute_bytes),
         "generation KV cache": float(2 * m.layers * m.kv_dim * rows * (r.prompt_tokens + r.max_new_tokens) * r.compute_bytes),
@@ -109,6 +153,7 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         parts["output-projection softmax cache"] = float(cache)
     else:
         parts["output-projection chunks"] = float(cache_bytes_needed(r.logits_chunk, m.vocab))
-    parts["output-projection gradient"] = float(4 * m.vocab * m.hidden)
+    # the frozen head of a LoRA model gets no gradient (the kernel skips it when the weight needs none)
+    parts["output-projection gradient"] = 0.0 if lora else float(4 * m.vocab * m.hidden)
     parts["total"] = sum(parts.values())
     return parts

@@ -93,3 +93,19 @@ class RunLogger:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+
+
+class NullRunLogger:
+    """The logger of ranks other than 0 in a multi-process run: rank 0 alone writes the run's logs."""
+
+    def log_step(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def log_eval(self, step: int, report: dict[str, Any]) -> None:
+        pass
+
+    def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -325,7 +325,22 @@ def response_logprobs(model: nn.Module, batch: RolloutBatch, layout: str = "pack
     (``group_index`` + :func:`shares_prefixes`); otherwise ``packed`` gives each sample its own
     padding-free row and ``shared_prefix`` falls back to ``padded``. Keyword arguments go to the forward
     (``temperature``, ``with_entropy``, ``chunk_size``, ``cache_bytes``).
+
+    ``model`` is a bare causal LM, or a :class:`grove.models.logprob_module.ResponseLogprobModule` (possibly
+    inside DDP / FSDP2): then the call goes through the wrapper's ``forward`` so its hooks run, with the
+    batch moved to the model's device.
     """
+    from grove.models.logprob_module import logprob_module_of
+
+    inner = logprob_module_of(model)
+    if inner is not None:
+        device = next(inner.parameters()).device
+        return model(batch.to(device) if batch.prompt_ids.device != device else batch, layout, **kwargs)
+    return layout_logprobs(model, batch, layout, **kwargs)
+
+
+def layout_logprobs(model: nn.Module, batch: RolloutBatch, layout: str = "packed", **kwargs) -> tuple[Tensor, Tensor | None]:
+    """:func:`response_logprobs` on a bare causal LM (what :class:`ResponseLogprobModule` runs in its forward)."""
     if layout not in FORWARD_LAYOUTS:
         raise ValueError(f"unknown training-forward layout {layout!r}; choose one of {sorted(FORWARD_LAYOUTS)}")
     if layout == "packed" and not supports_packing(model):

@@ -16,6 +16,12 @@ Order of operations (each optional stage is a config setting, not a trainer bran
 5. reference log-probs (when a reference model is loaded) and, with ``kl.placement: reward``, ``β·Σ_t KL_t`` subtracted
    from each sample's score;
 6. advantages from the registered estimator, then per-objective statistics (``objective/*``).
+
+With several ranks (:mod:`grove.distributed`), each rank draws the same ``prompts_per_step`` prompts from the
+shared sampler and generates, scores and (with dynamic sampling) filters only its own share of the groups;
+rounds continue until every rank has its share. Reference log-probs are computed on each rank's own
+samples; then the batch is gathered (:func:`grove.distributed.batch_exchange.gather_batch`) and stages 4-6 run
+on the whole step's batch, so batch-level statistics equal their single-process values.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from grove.core.objectives import AggregateFn, informative_from_signal, objectiv
 from grove.core.objectives.pointwise import sum_then_normalize
 from grove.core.shaping import soft_overlong_penalty
 from grove.core.token_ops import row_mean
+from grove.distributed.batch_exchange import gather_batch
+from grove.distributed.world import World
 from grove.rewards.scoring import RewardSpec, compute_rewards, reward_columns
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 from grove.tasks.task import Example, columns_for_rewards
@@ -60,6 +68,7 @@ class ExperienceSettings:
     pad_token_id: int = 0
     aggregator: AggregateFn = sum_then_normalize
     aggregator_params: BaseModel | None = None  # None: the aggregator takes no parameters (sum_then_normalize)
+    world: World = field(default_factory=World)  # the ranks the step's groups are shared among
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,10 @@ class KLInReward:
 @dataclass(frozen=True)
 class StepExperience:
     """One step's experience, whatever its source: the batch (with advantages), the scores they came from,
-    generation time and tokens, statistics for the step's metrics, and the samples written to samples.jsonl."""
+    generation time and tokens, statistics for the step's metrics, and the samples written to samples.jsonl.
+
+    With several ranks ``batch`` and ``scores`` hold the whole step (every rank's samples, identical on all
+    ranks) and ``local_rows`` the rows this rank generated and trains on; ``None`` means all of them."""
 
     batch: RolloutBatch
     scores: Tensor  # [N] the scalar reward the advantages were computed from
@@ -79,6 +91,7 @@ class StepExperience:
     generated_tokens: int
     stats: dict[str, float] = field(default_factory=dict)
     samples: list[dict] = field(default_factory=list)
+    local_rows: Tensor | None = None
 
     def with_samples(self, samples: list[dict]) -> StepExperience:
         return dataclasses.replace(self, samples=samples)
@@ -193,33 +206,39 @@ def collect_experience(
     reference: Callable[[RolloutBatch], Tensor] | None = None,
     kl_in_reward: KLInReward | None = None,
 ) -> StepExperience:
+    start, end = s.world.shard(s.groups)
+    groups = end - start  # this rank's share of the step's groups
     kept: list[RolloutBatch] = []  # the samples of the groups kept so far
     kept_groups = 0
     seconds = 0.0
     tokens = 0
     rounds = 0
     last: _Round | None = None
-    while rounds < s.max_rounds and kept_groups < s.groups:
-        examples, prompt_ids = draw(s.groups)
-        last = _sample_round(engine, examples, prompt_ids, s, generator, step, group_offset=rounds * s.groups)
+    while rounds < s.max_rounds and s.world.any(kept_groups < groups, "rollout: dynamic sampling"):
+        examples, prompt_ids = draw(s.groups)  # every rank draws, so the sampler stays the same on all ranks
         rounds += 1
+        if kept_groups >= groups:
+            continue  # this rank is full; others are still drawing rounds
+        last = _sample_round(
+            engine, examples[start:end], prompt_ids[start:end], s, generator, step, group_offset=(rounds - 1) * groups
+        )
         seconds += last.seconds
         tokens += last.tokens
         if s.max_rounds == 1:
             kept.append(last.batch)
-            kept_groups = s.groups
+            kept_groups = groups
             break
         informative = _informative(last.batch, s).nonzero().flatten()
         if len(informative):
             kept.append(last.batch.select(informative))
             kept_groups += len(informative) // s.completions_per_group
     filled = 0
-    if kept_groups < s.groups:  # out of rounds: top up with the last round's uninformative groups
+    if kept_groups < groups:  # out of rounds: top up with the last round's uninformative groups
         assert last is not None
         rest = (~_informative(last.batch, s)).nonzero().flatten()
-        filled = min(s.groups - kept_groups, len(rest) // s.completions_per_group)
+        filled = min(groups - kept_groups, len(rest) // s.completions_per_group)
         kept.append(last.batch.select(rest))
-    batch = _first_groups(concat_batches(kept, pad_token_id=s.pad_token_id), s.groups)
+    batch = _first_groups(concat_batches(kept, pad_token_id=s.pad_token_id), groups)
 
     stats: dict[str, float] = {}
     if s.max_rounds > 1:
@@ -227,14 +246,17 @@ def collect_experience(
         stats["dynamic_sampling_filled_groups"] = float(filled)
     if s.overlong_filter:
         batch = batch.replace(loss_mask=batch.loss_mask & ~batch.truncated[:, None])
+    batch = with_reference_logprobs(batch, reference)
+    batch, local_rows, _ = gather_batch(s.world, batch, s.pad_token_id)
+    if s.overlong_filter:
         stats["overlong_filtered_fraction"] = float(batch.truncated.float().mean())
     aggregated = aggregate(batch, s)
-    batch, scores = add_reference(batch, aggregated.scores, reference, kl_in_reward, stats)
+    scores = kl_penalised_scores(batch, aggregated.scores, kl_in_reward, stats)
     batch, scores = with_advantages(batch, scores, s.advantage_fn, s.advantage_params, stats)
     if batch.rewards.shape[1] > 1:
         sequence_advantages = row_mean(batch.advantages, batch.policy_token_mask)
         stats.update(objective_statistics(batch, aggregated, sequence_advantages, batch.reward_names))
-    return StepExperience(batch, scores, seconds, tokens, stats)
+    return StepExperience(batch, scores, seconds, tokens, stats, local_rows=local_rows)
 
 
 def _informative(batch: RolloutBatch, s: ExperienceSettings) -> Tensor:
@@ -242,24 +264,22 @@ def _informative(batch: RolloutBatch, s: ExperienceSettings) -> Tensor:
     return informative_from_signal(aggregate(batch, s).signal, batch.group_index)
 
 
-def add_reference(
-    batch: RolloutBatch,
-    scores: Tensor,
-    reference: Callable[[RolloutBatch], Tensor] | None,
-    kl_in_reward: KLInReward | None,
-    stats: dict[str, float],
-) -> tuple[RolloutBatch, Tensor]:
-    """Reference log-probs (when a reference model is loaded) and, with ``kl.placement: reward``, each sample's
-    score minus ``β·Σ_t KL_t`` over its policy tokens (environment tokens carry no KL)."""
-    if reference is None:
-        return batch, scores
-    batch = batch.replace(ref_logprobs=reference(batch))
-    if kl_in_reward is not None:
-        mask = batch.policy_token_mask
-        per_token = kl_in_reward.estimator(batch.old_logprobs, batch.ref_logprobs) * mask
-        scores = scores - kl_in_reward.coef * per_token.sum(1)
-        stats["kl_in_reward"] = float(per_token.sum() / mask.sum().clamp_min(1))
-    return batch, scores
+def with_reference_logprobs(batch: RolloutBatch, reference: Callable[[RolloutBatch], Tensor] | None) -> RolloutBatch:
+    """The batch with its reference log-probs (when a reference policy is loaded)."""
+    return batch if reference is None else batch.replace(ref_logprobs=reference(batch))
+
+
+def kl_penalised_scores(
+    batch: RolloutBatch, scores: Tensor, kl_in_reward: KLInReward | None, stats: dict[str, float]
+) -> Tensor:
+    """With ``kl.placement: reward``, each sample's score minus ``β·Σ_t KL_t`` over its policy tokens
+    (environment tokens carry no KL); otherwise the scores unchanged."""
+    if kl_in_reward is None or batch.ref_logprobs is None:
+        return scores
+    mask = batch.policy_token_mask
+    per_token = kl_in_reward.estimator(batch.old_logprobs, batch.ref_logprobs) * mask
+    stats["kl_in_reward"] = float(per_token.sum() / mask.sum().clamp_min(1))
+    return scores - kl_in_reward.coef * per_token.sum(1)
 
 
 def with_advantages(

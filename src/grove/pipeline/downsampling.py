@@ -17,6 +17,7 @@ The tensor work is in :mod:`grove.core.selection`; the schedules in :mod:`grove.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pydantic import BaseModel
 from torch import Tensor
@@ -55,6 +56,15 @@ def sequence_advantages(batch: RolloutBatch) -> Tensor:
     return row_mean(batch.advantages, batch.loss_mask)
 
 
+class SelectedRollouts(NamedTuple):
+    """The kept rollouts, their scores, the selection metrics and the kept rows of the input batch."""
+
+    batch: RolloutBatch
+    scores: Tensor
+    metrics: dict[str, float]
+    rows: Tensor
+
+
 def select_rollouts(
     batch: RolloutBatch,
     scores: Tensor,
@@ -62,8 +72,8 @@ def select_rollouts(
     ratio: float,
     advantage_fn: AdvantageFn,
     advantage_params: BaseModel,
-) -> tuple[RolloutBatch, Tensor, dict[str, float]]:
-    """Keep the max-``Var(A)`` rollouts at keep ratio ``ratio``; return ``(batch, scores, metrics)``.
+) -> SelectedRollouts:
+    """Keep the max-``Var(A)`` rollouts at keep ratio ``ratio``; return ``(batch, scores, metrics, rows)``.
 
     ``Var`` is the population variance of the per-rollout advantages (:func:`sequence_advantages`)
     over the whole batch, before and after. With ``recompute_advantages`` the estimator runs again
@@ -83,7 +93,7 @@ def select_rollouts(
         "selection/adv_var_before": float(adv.var(unbiased=False)) if adv.numel() else 0.0,
         "selection/adv_var_after": float(after.var(unbiased=False)) if after.numel() else 0.0,
     }
-    return kept, kept_scores, metrics
+    return SelectedRollouts(kept, kept_scores, metrics, rows)
 
 
 def selected_token_count(loss_mask: Tensor, selection: TokenSelection, ratio: float) -> float:

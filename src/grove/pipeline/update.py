@@ -10,6 +10,15 @@ exactly 1 and no extra forward is spent, and an off-policy update uses the rollo
 log-probs (they equal the training forward's to within the mismatch logged as
 ``logprob_mismatch_max``); with ``recompute`` the trainer has replaced ``batch.old_logprobs`` by a
 no-grad training forward before the update, and those are used as they are.
+
+Many processes (``distributed.strategy``: ``ddp`` | ``fsdp2``): each rank updates on its own samples. The
+aggregation scale (token and sequence counts, D^3S's kept-token count) is summed over ranks before the
+micro-batch loop, D^3S's batch-scope token ranking sees every rank's tokens, each rank's loss is multiplied
+by :attr:`grove.distributed.strategies.Strategy.gradient_scale`, and every rank runs the same number of
+micro-batches (a rank with fewer repeats its last one with the loss multiplied by 0: FSDP2 all-gathers
+parameters in every forward, so all ranks must run as many). With one mini-batch per epoch the loss,
+gradients and update equal the single-process run on the union of the ranks' samples
+(``tests/test_distributed_equivalence.py``); with several, each rank splits its own samples.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ from grove.batch import RolloutBatch
 from grove.core.aggregation import AggregationScale, SequenceCount
 from grove.core.losses import PolicyLossFn, PolicyLossInput
 from grove.core.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE
+from grove.distributed.strategies import Strategy
+from grove.distributed.world import World
 from grove.infra.precision import autocast
 from grove.models.forward import response_logprobs
 from grove.pipeline.downsampling import (
@@ -96,6 +107,15 @@ class TokenStats:
     def means(self) -> dict[str, float]:
         return {k: v / max(self.tokens, 1.0) for k, v in self.sums.items()}
 
+    def summed_over(self, world: World) -> TokenStats:
+        """These sums added over all ranks (the same statistic names on every rank)."""
+        names = sorted(self.sums)
+        totals = world.sum_floats([self.tokens, *(self.sums[k] for k in names)], "update: metrics")
+        out = TokenStats()
+        out.tokens = totals[0]
+        out.sums.update(zip(names, totals[1:], strict=True))
+        return out
+
 
 def _selects_tokens(parts: LossComponents, coefs: Coefficients) -> bool:
     return parts.token_selection is not None and coefs.token_keep_ratio < 1.0
@@ -108,20 +128,59 @@ def _selects_in_loss(parts: LossComponents, coefs: Coefficients) -> bool:
 
 @torch.no_grad()
 def _batch_token_mask(
-    model: torch.nn.Module, mini: RolloutBatch, micro_indices: tuple[Tensor, ...], parts: LossComponents, ratio: float
+    model: torch.nn.Module,
+    mini: RolloutBatch,
+    micro_indices: list[Tensor],
+    parts: LossComponents,
+    ratio: float,
+    world: World,
 ) -> Tensor:
     """Token scope ``batch``: the mini-batch's loss mask restricted to its top ``|A|·H`` tokens over all
-    sequences, with the entropies of a no-grad pass of the same training forward (same layout and
-    micro-batches, so the same values the gradient pass computes; it costs one extra forward)."""
+    sequences (of every rank), with the entropies of a no-grad pass of the same training forward (same layout
+    and micro-batches, so the same values the gradient pass computes; it costs one extra forward)."""
     entropy = torch.zeros(mini.loss_mask.shape, dtype=torch.float32, device=mini.loss_mask.device)
     for idx in micro_indices:
         mb = mini.select(idx).trimmed()
-        with autocast(parts.precision):
+        with autocast(parts.precision, _device(model)):
             _, ent = response_logprobs(
                 model, mb, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size
             )
-        entropy[idx, : ent.shape[1]] = ent.float()
-    return select_loss_tokens(mini.loss_mask, mini.advantages, entropy, parts.token_selection, ratio)
+        entropy[idx, : ent.shape[1]] = ent.float().cpu()
+    if not world.distributed:
+        return select_loss_tokens(mini.loss_mask, mini.advantages, entropy, parts.token_selection, ratio)
+    local = (mini.loss_mask, mini.advantages, entropy)
+    ranks = world.gather_objects(local, "update: batch-scope token selection")
+    width = max(t[0].shape[1] for t in ranks)
+    pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[1]))  # noqa: E731
+    mask, adv, ent = (torch.cat([pad(r[i]) for r in ranks]) for i in range(3))
+    selected = select_loss_tokens(mask, adv, ent, parts.token_selection, ratio)
+    first = sum(r[0].shape[0] for r in ranks[: world.rank])
+    return selected[first : first + mini.num_samples, : mini.loss_mask.shape[1]]
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _global_scale(
+    mini: RolloutBatch, micro_indices: list[Tensor], parts: LossComponents, coefs: Coefficients, world: World
+) -> AggregationScale:
+    """The mini-batch's aggregation scale with counts summed over all ranks (the single-process values)."""
+    local = AggregationScale.from_mask(mini.loss_mask, parts.max_response_length, sequence_count=parts.sequence_count)
+    tokens = float(mini.loss_mask.sum())
+    sequences = local.rows(mini.loss_mask)
+    kept = tokens
+    if _selects_in_loss(parts, coefs):  # normalise by the tokens that will really be in the loss
+        kept = sum(
+            selected_token_count(mini.loss_mask[i], parts.token_selection, coefs.token_keep_ratio)
+            for i in micro_indices
+        )
+    tokens, sequences, kept = world.sum_floats([tokens, sequences, kept], "update: loss scale")
+    return dataclasses.replace(
+        local,
+        num_tokens=max(kept if _selects_in_loss(parts, coefs) else tokens, 1.0),
+        num_sequences=max(sequences, 1.0),
+    )
 
 
 def micro_batch_loss(
@@ -139,6 +198,7 @@ def micro_batch_loss(
         model, mb, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size,
         cache_bytes=parts.logit_cache_bytes,
     )
+    mb = mb.to(logprobs.device) if mb.prompt_ids.device != logprobs.device else mb
     mask = mb.loss_mask.to(logprobs.dtype)
     if _selects_in_loss(parts, coefs):
         mask = select_loss_tokens(mask, mb.advantages, entropy, parts.token_selection, coefs.token_keep_ratio)
@@ -181,8 +241,12 @@ def policy_update(
     schedule: UpdateSchedule,
     generator: torch.Generator,
     coefs: Coefficients = Coefficients(),
+    strategy: Strategy | None = None,
 ) -> dict[str, float]:
-    """Run μ epochs of mini-batch updates on one step's rollouts; return averaged metrics."""
+    """Run μ epochs of mini-batch updates on one step's rollouts (this rank's share of them); return metrics
+    averaged over the update and, with several ranks, over all ranks."""
+    strategy = strategy or Strategy("none", World())
+    world = strategy.world
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     n = batch.num_samples
@@ -206,31 +270,33 @@ def policy_update(
             by_length = torch.argsort(mini.response_lengths + mini.prompt_mask.sum(1), descending=True, stable=True)
             if parts.forward != "padded":
                 by_length = by_length[torch.argsort(mini.group_index[by_length], stable=True)]
-            micro_indices = torch.split(by_length, schedule.micro_batch_size)
+            micro_indices = list(torch.split(by_length, schedule.micro_batch_size))
+            # every rank runs as many micro-batches (FSDP2 gathers parameters in each forward); extra ones
+            # repeat the last with weight 0
+            real = len(micro_indices)
+            micro_indices += [micro_indices[-1]] * (world.max_int(real, "update: micro-batch count") - real)
             candidates = mini.loss_mask  # loss tokens before token selection (for the statistics)
             if _selects_tokens(parts, coefs) and not _selects_in_loss(parts, coefs):
                 mini = mini.replace(
-                    loss_mask=_batch_token_mask(model, mini, micro_indices, parts, coefs.token_keep_ratio)
+                    loss_mask=_batch_token_mask(model, mini, micro_indices, parts, coefs.token_keep_ratio, world)
                 )
-            scale = AggregationScale.from_mask(
-                mini.loss_mask, parts.max_response_length, sequence_count=parts.sequence_count
-            )
-            if _selects_in_loss(parts, coefs):  # normalise by the tokens that will really be in the loss
-                kept = sum(
-                    selected_token_count(mini.loss_mask[i], parts.token_selection, coefs.token_keep_ratio)
-                    for i in micro_indices
-                )
-                scale = dataclasses.replace(scale, num_tokens=max(kept, 1.0))
+            scale = _global_scale(mini, micro_indices[:real], parts, coefs, world)
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
             first_pass = epoch == 0 and mini_index == 0
-            for micro_idx in micro_indices:
+            for k, micro_idx in enumerate(micro_indices):
                 mb = mini.select(micro_idx).trimmed()
-                with autocast(parts.precision):
-                    loss, stats, mismatch, in_loss = micro_batch_loss(
-                        model, mb, parts, scale, coefs, old_from_current=schedule.old_from_current_forward
-                    )
-                loss.backward()
+                with strategy.accumulating(model, sync=k == len(micro_indices) - 1), world.phase("update: backward"):
+                    with autocast(parts.precision, _device(model)):
+                        loss, stats, mismatch, in_loss = micro_batch_loss(
+                            model, mb, parts, scale, coefs, old_from_current=schedule.old_from_current_forward
+                        )
+                    weight = strategy.gradient_scale if k < real else 0.0
+                    (loss * weight if weight != 1.0 else loss).backward()
+                if k >= real:
+                    continue
+                in_loss, mismatch = in_loss.cpu(), mismatch.cpu()
+                stats = {name: v.cpu() for name, v in stats.items()}
                 total += float(loss.detach())
                 token_stats.add(stats, candidates[micro_idx][:, : mb.loss_mask.shape[1]].float())
                 grad_tokens += float(in_loss.sum())
@@ -240,11 +306,19 @@ def policy_update(
                     mismatch_sum += float(mismatch.sum())
                     mismatch_tokens += float(mb.loss_mask.sum())
             max_norm = schedule.max_grad_norm if schedule.max_grad_norm is not None else float("inf")
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            with world.phase("update: gradient norm"):
+                grad_norm = strategy.clip_grad_norm(params, max_norm)
             optimizer.step()
             scheduler.step()
             losses.append(total)
-            grad_norms.append(float(grad_norm))
+            grad_norms.append(grad_norm)
+    if world.distributed:  # the run's numbers, not this rank's: sums over ranks, the largest mismatch
+        token_stats = token_stats.summed_over(world)
+        losses = world.sum_floats(losses, "update: metrics")
+        mismatch_sum, mismatch_tokens, grad_tokens, signal_tokens = world.sum_floats(
+            [mismatch_sum, mismatch_tokens, grad_tokens, signal_tokens], "update: metrics"
+        )
+        mismatch_max = max(world.gather_objects(mismatch_max, "update: metrics"))
     means = token_stats.means()
     metrics = {
         "loss": sum(losses) / len(losses),

@@ -7,6 +7,11 @@ half the weights' memory, and the sampler's log-probs then come from a bfloat16 
 rollout-vs-training mismatch (``logprob_mismatch_max``) grows; ``train.old_logprobs: recompute``
 with ``algorithm.rollout_correction`` corrects for it where that matters (the same trade-off as
 generating with vLLM in bf16 and training in fp32).
+
+Under FSDP2 the training module's parameters are shards, and decoding through it would all-gather every
+layer at every token on every rank in lock-step; the rollout instead runs on a full replica built here
+(``dtype`` = the weights' own dtype, or bfloat16 with ``rollout.bf16_weights``), whose :meth:`refresh`
+all-gathers each sharded parameter once per optimizer step (every rank calls it together).
 """
 
 from __future__ import annotations
@@ -20,13 +25,15 @@ __all__ = ["GenerationWeights"]
 
 
 class GenerationWeights:
-    """``.model``: a frozen bfloat16 copy of ``policy``; :meth:`refresh` copies the current weights into it."""
+    """``.model``: a frozen copy of ``policy`` (bfloat16 by default); :meth:`refresh` copies the current weights
+    into it, gathering sharded (DTensor) parameters in full."""
 
-    def __init__(self, policy: nn.Module) -> None:
-        self.model = copy.deepcopy(policy).to(torch.bfloat16).eval().requires_grad_(False)
+    def __init__(self, policy: nn.Module, dtype: torch.dtype = torch.bfloat16) -> None:
+        self.model = copy.deepcopy(policy).to(dtype).eval().requires_grad_(False)
         self.refresh(policy)
 
     @torch.no_grad()
     def refresh(self, policy: nn.Module) -> None:
         for target, source in zip(self.model.parameters(), policy.parameters(), strict=True):
-            target.copy_(source)  # cast to bfloat16 in place
+            full = source.full_tensor() if hasattr(source, "full_tensor") else source
+            target.copy_(full)  # cast to the copy's dtype in place

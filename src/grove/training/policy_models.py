@@ -1,0 +1,127 @@
+"""The models of a run, placed and wrapped for its world: the policy (optionally with LoRA adapters), the
+training module around it (DDP / FSDP2 when launched on several ranks), the reference policy, and the weights
+generation runs on; plus loading them from and writing them to a checkpoint.
+
+* Policy: ``model.name``, with ``model.lora`` adapters (peft) when set; checkpoint weights are loaded into it
+  *before* it is wrapped, so every strategy starts from the same full tensors.
+* Training module: :class:`grove.models.logprob_module.ResponseLogprobModule` around the policy, wrapped by
+  :func:`grove.distributed.strategies.wrap_for_training`.
+* Reference policy (β > 0 or a loss reading reference log-probs): with LoRA, the training module itself with
+  its adapters disabled (no second copy); otherwise a second frozen model, sharded like the policy under FSDP2.
+* Generation: the policy itself (one process, DDP), a bfloat16 copy (``rollout.bf16_weights``), or, under
+  FSDP2, a full replica refreshed from the shards after each optimizer step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from grove.batch import RolloutBatch
+from grove.config import ConfigError, GroveConfig
+from grove.config.derived import needs_reference_model
+from grove.distributed.checkpoint_state import gather_full_model_state
+from grove.distributed.strategies import Strategy, shard_fully, wrap_for_training
+from grove.distributed.world import World
+from grove.infra import checkpoint as ckpt
+from grove.models.forward import response_logprobs
+from grove.models.logprob_module import ResponseLogprobModule
+from grove.models.lora import adapters_disabled, apply_lora, load_adapter_weights, save_adapter
+from grove.models.pretrained import load_policy
+from grove.rollout.generation_weights import GenerationWeights
+
+__all__ = ["PolicyModels", "build_policy_models"]
+
+
+@dataclass
+class PolicyModels:
+    causal_lm: nn.Module  # the policy, unwrapped (transformers or peft model)
+    train_module: nn.Module  # ResponseLogprobModule around it, wrapped for the strategy
+    strategy: Strategy
+    tokenizer: object
+    reference: nn.Module | None  # ResponseLogprobModule of the reference policy, or the train module (LoRA)
+    generation_weights: GenerationWeights | None  # a separate copy generation runs on, refreshed after updates
+    lora: bool
+
+    @property
+    def generation_model(self) -> nn.Module:
+        return self.generation_weights.model if self.generation_weights is not None else self.causal_lm
+
+    def refresh_generation_weights(self) -> None:
+        if self.generation_weights is not None:
+            self.generation_weights.refresh(self.causal_lm)
+
+    def logprobs(self, model: nn.Module, batch: RolloutBatch, layout: str, temperature: float) -> Tensor:
+        """No-grad log-probs of ``batch``'s responses under ``model`` (CPU float32, usable later in autograd)."""
+        with torch.inference_mode():
+            logprobs, _ = response_logprobs(model, batch, layout, temperature=temperature)
+        return logprobs.float().cpu().clone()
+
+    def reference_logprobs(self, layout: str, temperature: float) -> Callable[[RolloutBatch], Tensor] | None:
+        if self.reference is None:
+            return None
+        if not self.lora:
+            return lambda b: self.logprobs(self.reference, b, layout, temperature)
+
+        def with_adapters_off(b: RolloutBatch) -> Tensor:
+            with adapters_disabled(self.causal_lm):
+                return self.logprobs(self.train_module, b, layout, temperature)
+
+        return with_adapters_off
+
+    def write_model(self, state: dict[str, Tensor]) -> Callable[[Path], None]:
+        """What rank 0 writes as the checkpoint's ``model/``: a full ``save_pretrained`` directory, or the adapter."""
+        if self.lora:
+            return lambda directory: save_adapter(self.causal_lm, directory, state_dict=state)
+        if getattr(self.causal_lm.config, "tie_word_embeddings", False):  # gathered copies are no longer one tensor
+            state = {k: v for k, v in state.items() if not k.endswith("lm_head.weight")}
+        return lambda directory: self.causal_lm.save_pretrained(directory, state_dict=state, safe_serialization=True)
+
+    def gather_state(self) -> dict[str, Tensor]:
+        """The policy's full state dict on rank 0 (every rank must call this)."""
+        return gather_full_model_state(self.train_module)
+
+
+def _load_checkpoint_weights(model: nn.Module, path: Path, lora: bool) -> None:
+    has_adapter = (path / "model" / "adapter_config.json").is_file()
+    if has_adapter != lora:
+        raise ConfigError(
+            f"checkpoint {path} holds {'LoRA adapters' if has_adapter else 'full weights'} but the config has "
+            f"model.lora {'unset' if has_adapter else 'set'}; resume with the config the run was started with"
+        )
+    if lora:
+        load_adapter_weights(model, path / "model")
+    else:
+        ckpt.load_model_weights(model, path)
+
+
+def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None) -> PolicyModels:
+    dtype = getattr(torch, cfg.model.dtype)
+    causal_lm, tokenizer = load_policy(cfg.model.name, dtype=dtype)
+    lora = cfg.model.lora is not None
+    if lora:
+        causal_lm = apply_lora(causal_lm, cfg.model.lora, base_name=cfg.model.name)
+    if resume_from is not None:
+        _load_checkpoint_weights(causal_lm, resume_from, lora)
+    causal_lm.to(world.device)
+    sharded = world.distributed and cfg.distributed.strategy == "fsdp2"
+    generation_weights = None
+    if sharded:  # decode on a full replica, not through the shards
+        generation_weights = GenerationWeights(causal_lm, torch.bfloat16 if cfg.rollout.bf16_weights else dtype)
+    elif cfg.rollout.bf16_weights:
+        generation_weights = GenerationWeights(causal_lm)
+    train_module, strategy = wrap_for_training(ResponseLogprobModule(causal_lm), cfg.distributed.strategy, world)
+    reference = None
+    if needs_reference_model(cfg):  # β = 0 loads none, unless the policy loss reads ref_logprobs
+        if lora:
+            reference = train_module
+        else:
+            ref_lm, _ = load_policy(cfg.model.name, dtype=dtype)
+            reference = ResponseLogprobModule(ref_lm).eval().requires_grad_(False).to(world.device)
+            if sharded:
+                reference = shard_fully(reference, world)
+    return PolicyModels(causal_lm, train_module, strategy, tokenizer, reference, generation_weights, lora)

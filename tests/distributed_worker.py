@@ -1,0 +1,80 @@
+"""One process of a ``torchrun`` launch (or a plain one-process run) for tests/test_distributed_equivalence.py.
+
+It trains the cases listed in a JSON file through :class:`grove.training.trainer.Trainer`, in the world the
+launcher describes, with a scripted rollout engine: each completion is a pseudo-random token string seeded by
+its prompt's tokens and its index in the group, so the step's batch is the same whatever the number of
+processes (real sampling draws from per-rank streams). Everything after generation (rewards, the batch
+gather, advantages, the sharded update, checkpoints, resume) is grove's own code path. After each case, rank 0
+writes the final gradients (gathered in full) next to the run's checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import zlib
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)
+
+import grove.training.trainer as trainer_module  # noqa: E402
+from grove.config import load_config  # noqa: E402
+from grove.distributed.world import init_world  # noqa: E402
+from grove.rollout.hf_engine import TransformersEngine  # noqa: E402
+
+
+def scripted_reward(prompts, completions, **kwargs):
+    """A reward that varies within every group: a hash of the completion's text mapped to [0, 1]."""
+    return [(zlib.crc32(c.encode()) % 5) / 4.0 for c in completions]
+
+
+class ScriptedEngine(TransformersEngine):
+    """Completions that depend only on (prompt tokens, index in the group), never on the rank or the RNG."""
+
+    def _decode(self, prompt_ids, prompt_mask, n, sampling, generator):
+        rows = prompt_ids.shape[0] * n
+        width = sampling.max_new_tokens
+        tokens = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
+        lengths = torch.zeros(rows, dtype=torch.long)
+        vocab = self.model.config.vocab_size
+        for i in range(prompt_ids.shape[0]):
+            prompt = prompt_ids[i][prompt_mask[i].bool()].tolist()
+            for j in range(n):
+                g = torch.Generator().manual_seed(zlib.crc32(repr((prompt, j)).encode()))
+                length = int(torch.randint(1, width + 1, (1,), generator=g))
+                tokens[i * n + j, :length] = torch.randint(40, vocab - 40, (length,), generator=g)
+                lengths[i * n + j] = length
+        logprobs = torch.full((rows, width), -1.0)
+        return tokens, logprobs, lengths, torch.zeros(rows, dtype=torch.long)
+
+
+def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient in full (FSDP2 shards gathered: all ranks must call this)."""
+    out = {}
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        grad = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        out[name.removeprefix("module.").removeprefix("causal_lm.")] = grad.detach().cpu().clone()
+    return out
+
+
+def main(spec_path: str) -> None:
+    cases = json.loads(Path(spec_path).read_text())
+    world = init_world(timeout_seconds=300)
+    trainer_module.TransformersEngine = ScriptedEngine
+    for case in cases:
+        cfg = load_config(None, case["overrides"])
+        trainer = trainer_module.Trainer(cfg, Path(cfg.output_dir), resume=case.get("resume", False), world=world)
+        trainer.run()
+        grads = full_gradients(trainer.model)
+        if world.is_main:
+            torch.save(grads, Path(cfg.output_dir) / "final_grads.pt")
+        world.barrier("test case done")
+    world.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
