@@ -52,6 +52,11 @@ def test_lora_trains_with_the_base_model_as_reference_and_exports(tmp_path, monk
     assert (ckpt / "model" / "adapter_config.json").is_file()
     assert not (ckpt / "model" / "model.safetensors").exists()  # the adapter only
 
+    evaluated, _ = load_policy(ckpt / "model")  # `grove eval --model .../model` on a LoRA checkpoint
+    with torch.no_grad():
+        got, _ = response_logprobs(evaluated, batch, "packed")
+    torch.testing.assert_close(got, policy, atol=1e-5, rtol=0)
+
     exported = tmp_path / "merged"
     result = CliRunner().invoke(app, ["export", str(ckpt), str(exported)])
     assert result.exit_code == 0, result.output

@@ -14,8 +14,11 @@ from rich.progress import (
 
 
 class TrainProgress:
-    def __init__(self, total: int, completed: int, enabled: bool) -> None:
-        self.console = Console(stderr=True)
+    """``enabled``: the live bar (when stderr is a terminal); ``silent``: print nothing at all (ranks other than 0
+    of a multi-process run)."""
+
+    def __init__(self, total: int, completed: int, enabled: bool, silent: bool = False) -> None:
+        self.console = Console(stderr=True, quiet=silent)
         # a live bar needs a terminal; in a log file (nohup, CI) print one line per step instead
         self.enabled = enabled and self.console.is_terminal
         self._progress = Progress(

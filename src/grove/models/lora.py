@@ -297,7 +297,7 @@ def _offline() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def _load_merged(model_dir: Path) -> tuple[PreTrainedModel, Path]:
+def load_merged_adapter(model_dir: Path) -> tuple[PreTrainedModel, Path]:
     """The base model named in ``model_dir``'s adapter config with the adapter merged in; and the base directory."""
     config = json.loads((model_dir / ADAPTER_CONFIG_FILE).read_text())
     base = config.get("base_model_name_or_path")
@@ -332,7 +332,7 @@ def export_merged(checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike)
     _check_out_dir(out_dir)
     _offline()
     if (model_dir / ADAPTER_CONFIG_FILE).is_file():
-        model, base_dir = _load_merged(model_dir)
+        model, base_dir = load_merged_adapter(model_dir)
         tokenizer_dir = model_dir if _has_tokenizer(model_dir) else base_dir
     else:
         if not (model_dir / "config.json").is_file():

@@ -201,11 +201,22 @@ def load_policy(
 
     The tokenizer always has a pad token (its eos token if it had none), keeps its chat template and pads on
     the left. ``model.generation_config`` is set from the tokenizer's special tokens (plain sampling).
+    A LoRA checkpoint's ``model/`` directory (``adapter_config.json``) loads as its base model with the adapter
+    merged in (:func:`grove.models.lora.load_merged_adapter`).
     """
     _offline()
-    path = resolve_model_path(name_or_path, cache_dir=cache_dir)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    adapter_dir = Path(str(name_or_path)).expanduser()
+    if (adapter_dir / "adapter_config.json").is_file():
+        from grove.models.lora import load_merged_adapter
+
+        model, base_dir = load_merged_adapter(adapter_dir)
+        model = model.to(dtype)
+        has_tokenizer = (adapter_dir / "tokenizer_config.json").is_file()
+        tokenizer = AutoTokenizer.from_pretrained(adapter_dir if has_tokenizer else base_dir, local_files_only=True)
+    else:
+        path = resolve_model_path(name_or_path, cache_dir=cache_dir)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     _fix_tokenizer(tokenizer)
     _set_generation_config(model, tokenizer)
     model.eval()

@@ -313,7 +313,7 @@ class Trainer:
         if self.step == 0 and cfg.eval.before_training:
             self.evaluate()
         progress = TrainProgress(
-            total=cfg.train.steps, completed=self.step, enabled=cfg.logging.progress and self.world.is_main
+            total=cfg.train.steps, completed=self.step, enabled=cfg.logging.progress, silent=not self.world.is_main
         )
         budget = cfg.train.time_budget_seconds
         loop_start = time.perf_counter()

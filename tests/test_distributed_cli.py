@@ -1,0 +1,70 @@
+"""`torchrun --nproc-per-node 2 -m grove train ...` from the command line (gloo, CPU, tiny model): both
+strategies run, rank 0 alone writes the run's logs, errors name the rank, a stuck collective times out naming
+the rank and the phase."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grove.models.tiny import create_tiny_model_dir
+
+TESTS = Path(__file__).parent
+ROOT = TESTS.parent
+
+
+def _torchrun(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT / "src")])}
+    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _train_args(model: Path, out: Path, strategy: str, **extra) -> list[str]:
+    values = {
+        "model.name": model, "output_dir": out, "threads": 1, "task": "{id: arithmetic, train_size: 16, eval_size: 4}",
+        "rollout.max_new_tokens": 6, "train.steps": 2, "train.prompts_per_step": 4, "train.completions_per_prompt": 3,
+        "train.micro_batch_size": 3, "checkpoint.every": 1, "logging.progress": False,
+        "distributed.strategy": strategy, "distributed.timeout_seconds": 120, **extra,
+    }
+    args = ["-m", "grove", "train", "examples/arithmetic.yaml"]
+    for key, value in values.items():
+        args += ["--set", f"{key}={value}"]
+    return args
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return create_tiny_model_dir(tmp_path_factory.mktemp("cli") / "tiny")
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_torchrun_grove_train(tiny, tmp_path, strategy):
+    out = tmp_path / "run"
+    done = _torchrun(_train_args(tiny, out, strategy))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]  # rank 0 writes each step once
+    evals = [json.loads(line)["step"] for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert evals == [0, 2]
+    assert (out / "summary.json").is_file() and (out / "plots").is_dir()
+    assert (out / "checkpoints" / "step-000002" / "model" / "model.safetensors").is_file()
+    assert done.stdout.count("held-out accuracy") == 1  # one summary, printed by rank 0
+    assert done.stderr.count("step 1:") == 1  # one progress line per step
+
+
+def test_errors_name_the_rank(tiny, tmp_path):
+    done = _torchrun(_train_args(tiny, tmp_path / "run", "ddp", **{"train.prompts_per_step": 1}))
+    assert done.returncode != 0
+    text = done.stdout + done.stderr
+    assert "rank 0/2" in text and "rank 1/2" in text and "train.prompts_per_step" in text
+
+
+def test_a_stuck_collective_times_out_naming_rank_and_phase():
+    done = _torchrun([str(TESTS / "distributed_hang.py")], timeout=120)
+    assert done.returncode != 0
+    assert "COLLECTIVE ERROR: rank 0/2: collective 'update: loss scale' failed or timed out" in done.stdout
