@@ -25,13 +25,18 @@ from grove.distributed.world import init_world  # noqa: E402
 from grove.rollout.hf_engine import TransformersEngine  # noqa: E402
 
 
+# each completion starts with one of these (environment actions, or an invalid one), then random tokens
+WORDS = ["left", "right", "up", "down", "wait"]
+
+
 def scripted_reward(prompts, completions, **kwargs):
     """A reward that varies within every group: a hash of the completion's text mapped to [0, 1]."""
     return [(zlib.crc32(c.encode()) % 5) / 4.0 for c in completions]
 
 
 class ScriptedEngine(TransformersEngine):
-    """Completions that depend only on (prompt tokens, index in the group), never on the rank or the RNG."""
+    """Completions that depend only on (prompt tokens, index in the group), never on the rank or the RNG: a word of
+    :data:`WORDS` and random tokens."""
 
     def _decode(self, prompt_ids, prompt_mask, n, sampling, generator):
         rows = prompt_ids.shape[0] * n
@@ -39,12 +44,15 @@ class ScriptedEngine(TransformersEngine):
         tokens = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
         lengths = torch.zeros(rows, dtype=torch.long)
         vocab = self.model.config.vocab_size
+        words = [self.tokenizer.encode(w, add_special_tokens=False) for w in WORDS]
         for i in range(prompt_ids.shape[0]):
             prompt = prompt_ids[i][prompt_mask[i].bool()].tolist()
             for j in range(n):
                 g = torch.Generator().manual_seed(zlib.crc32(repr((prompt, j)).encode()))
-                length = int(torch.randint(1, width + 1, (1,), generator=g))
-                tokens[i * n + j, :length] = torch.randint(40, vocab - 40, (length,), generator=g)
+                word = words[int(torch.randint(len(words), (1,), generator=g))][:width]
+                length = int(torch.randint(len(word), width + 1, (1,), generator=g))
+                tail = torch.randint(40, vocab - 40, (length - len(word),), generator=g)
+                tokens[i * n + j, :length] = torch.cat([torch.tensor(word, dtype=torch.long), tail])
                 lengths[i * n + j] = length
         logprobs = torch.full((rows, width), -1.0)
         return tokens, logprobs, lengths, torch.zeros(rows, dtype=torch.long)

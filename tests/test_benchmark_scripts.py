@@ -133,3 +133,25 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
                                       "--methods", "ppo"])
     with pytest.raises(SystemExit, match="unknown methods"):
         runpy.run_path(str(BENCHMARKS / "step_grpo.py"), run_name="__main__")
+
+
+def test_data_parallel_benchmark_runs_every_variant_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/data_parallel.py launches one process, 2 DDP ranks and 2 FSDP2 ranks and tabulates them."""
+    import os
+
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "tiny")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BENCHMARKS.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setattr(sys, "argv", [
+        "data_parallel.py", "examples/arithmetic.yaml", "--out", str(tmp_path / "out"), "--steps", "2",
+        "--threads", "1", "--eval-examples", "2",
+        "--set", f"model.name={model}", "--set", "task={id: arithmetic, train_size: 16, eval_size: 2}",
+        "--set", "rollout.max_new_tokens=4", "--set", "train.prompts_per_step=2",
+        "--set", "train.completions_per_prompt=2",
+    ])
+    monkeypatch.chdir(BENCHMARKS.parent)
+    runpy.run_path(str(BENCHMARKS / "data_parallel.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    for variant in ("one process", "ddp × 2", "fsdp2 × 2"):
+        assert f"| {variant} |" in out

@@ -9,7 +9,8 @@ updated weights, to float32 tolerance (sums over ranks are added in a different 
 Cases: GRPO with token-mean aggregation, Dr.GRPO (constant normaliser), REINFORCE++ (batch whitening, k2 KL
 to a reference model that FSDP2 shards too), and GRPO with D^3S at batch scope for samples and tokens
 (whole-batch max-variance selection and top-|A|·H ranking over every rank's tokens; ranks then train on
-different numbers of samples, so the micro-batch count equalisation is exercised).
+different numbers of samples, so the micro-batch count equalisation is exercised), and GiGPO on FrozenLake
+episodes (one sample per turn, step tables and anchor states gathered across ranks).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ ALGORITHMS = {
     "d3s_batch": [
         "algorithm={advantage: {id: grpo}, aggregation: token_mean}",
         "selection={samples: {scope: batch, ratio: 0.6}, tokens: {scope: batch, ratio: 0.5}}",
+    ],
+    "gigpo_frozenlake": [
+        "env={id: frozenlake, params: {size: 4, slippery: false, maps: random, num_train_tasks: 16, "
+        "num_eval_tasks: 2}, max_turns: 3, prompt: per_step, history: 1, action_parser: {id: first_mention}}",
+        "algorithm={advantage: {id: gigpo}, aggregation: token_mean}",
     ],
 }
 

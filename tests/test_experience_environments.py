@@ -76,7 +76,10 @@ def test_agent_training_end_to_end(tiny_model, tmp_path, prompt):
     assert {"generation_seconds", "environment_seconds", "environment_steps_per_second"} <= set(timing)
     assert all(r["logprob_mismatch_max"] < 1e-4 for r in rows)
     if prompt == "conversation":
-        assert all(r["loss_mask_coverage"] < 1 for r in rows)  # environment tokens inside the samples
+        # environment tokens inside the samples wherever a sample holds several turns (at the context limit a
+        # conversation continues in a new sample)
+        assert all(r["loss_mask_coverage"] < 1 for r in rows if r["samples_per_episode"] < r["turns_per_episode"])
+        assert any(r["loss_mask_coverage"] < 1 for r in rows)
     else:
         assert all(r["loss_mask_coverage"] == 1 for r in rows)
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]

@@ -64,6 +64,9 @@ class EnvironmentSource:
         self.parse = lambda text, obs: parser(text, obs, parser_params)
         self.sampling = rollout_sampling(cfg)
         self.sampler = TaskSampler(len(self.suite.train_tasks), cfg.seed)
+        # each group's environment seed: one stream shared by all ranks (like the task order), so a group starts
+        # from the same state whichever rank plays it and whatever the number of ranks; checkpointed
+        self.start_seeds = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 17)
         self.groups = cfg.train.prompts_per_step  # env groups per step, over all ranks
         self.world = ctx.world
         self.shard = self.world.shard(self.groups)  # this rank's groups [start, end)
@@ -116,7 +119,7 @@ class EnvironmentSource:
     def _draw_starts(self) -> list[tuple[int, int]]:
         """This rank's ``(task, seed)`` starts; every rank draws the step's tasks, so the sampler stays in step."""
         tasks = [self.suite.train_tasks[i] for i in self.sampler.next(self.groups)]
-        seeds = torch.randint(0, 2**31 - 1, (self.groups,), generator=self.ctx.generator).tolist()
+        seeds = torch.randint(0, 2**31 - 1, (self.groups,), generator=self.start_seeds).tolist()
         start, end = self.shard
         return list(zip(tasks, seeds, strict=True))[start:end]
 
@@ -250,10 +253,14 @@ class EnvironmentSource:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        return self.sampler.state_dict()
+        return {**self.sampler.state_dict(), "start_seeds": self.start_seeds.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        seeds = state.pop("start_seeds", None)
         self.sampler.load_state_dict(state)
+        if seeds is not None:  # checkpoints from before the shared seed stream keep a fresh one
+            self.start_seeds.set_state(seeds)
 
 
 def _informative(trajectories: list[Trajectory]) -> list[bool]:

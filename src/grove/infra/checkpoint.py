@@ -38,7 +38,7 @@ class TrainerState:
     step: int
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
-    sampler: dict[str, int]
+    sampler: dict[str, Any]  # the experience source's position (task order, environment seed stream)
     generator: torch.Tensor
     rng: dict[str, Any]
     controllers: dict[str, dict[str, Any]]
