@@ -24,7 +24,6 @@ from grove.config import load_config  # noqa: E402
 from grove.distributed.world import init_world  # noqa: E402
 from grove.rollout.hf_engine import TransformersEngine  # noqa: E402
 
-
 # each completion starts with one of these (environment actions, or an invalid one), then random tokens
 WORDS = ["left", "right", "up", "down", "wait"]
 

@@ -90,12 +90,16 @@ def wrap_for_training(module: nn.Module, name: str, world: World) -> tuple[nn.Mo
     if not world.distributed or name == "none":
         return module, Strategy("none", world)
     if name == "ddp":
+        import inspect
+
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [world.device.index] if world.device.type == "cuda" else None
-        # no buffers to keep in sync (rotary tables are recomputed); broadcasting them each forward is a collective
-        # the generation and reference passes must not depend on
-        wrapped = DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
+        # no buffers to keep in sync (rotary tables are recomputed); syncing them each forward is a collective the
+        # reference and recompute passes must not depend on (the option was renamed in torch 2.13)
+        renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+        no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
+        wrapped = DistributedDataParallel(module, device_ids=device_ids, **no_buffer_sync)
         return wrapped, Strategy("ddp", world)
     return shard_fully(module, world), Strategy("fsdp2", world)
 
