@@ -23,12 +23,10 @@ import torch
 
 import grove.builtin_components  # noqa: F401
 from grove.batch import RolloutBatch
-from grove.config import ConfigError, GroveConfig, dump_config
-from grove.distributed.checkpoint_state import gather_full_optimizer_state, load_full_optimizer_state
+from grove.config import ConfigError, GroveConfig
 from grove.distributed.world import World, derived_seed
 from grove.evaluation.evaluate import EvalResult
 from grove.experience import SourceContext, build_experience_source
-from grove.infra import checkpoint as ckpt
 from grove.infra.precision import autocast
 from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
@@ -44,6 +42,12 @@ from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATION
 from grove.rollout.hf_engine import TransformersEngine
 from grove.training.optim import build_optimizer
 from grove.training.policy_models import build_policy_models
+from grove.training.run_checkpoint import (
+    RunState,
+    prepare_run_dir,
+    restore_run_checkpoint,
+    save_run_checkpoint,
+)
 
 
 def seed_everything(seed: int) -> None:
@@ -86,7 +90,7 @@ class Trainer:
                 f"train.prompts_per_step ({cfg.train.prompts_per_step}) is smaller than the number of processes "
                 f"({self.world.size}); each rank needs at least one prompt group: raise it or launch fewer processes"
             )
-        self.resume_from = self._prepare_run_dir(resume)
+        self.resume_from = prepare_run_dir(cfg, run_dir, self.world, resume)
         configure_runtime(cfg.threads, cfg.host_allocator)
         seed_everything(cfg.seed)
 
@@ -121,9 +125,11 @@ class Trainer:
         )
         total_optimizer_steps = t.steps * t.ppo_epochs * t.mini_batches
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, total_optimizer_steps)
-        self.step = 0
-        if self.resume_from is not None:
-            self._restore(self.resume_from)
+        self.state = RunState(
+            self.models, self.optimizer, self.scheduler, self.source, self.generator,
+            {"kl": self.kl_controller, "entropy": self.entropy_controller}, self.world, cfg.seed,
+        )
+        self.step = 0 if self.resume_from is None else restore_run_checkpoint(self.resume_from, self.state)
         # resuming keeps the log records up to the checkpoint's step; a run killed before its first
         # checkpoint starts over, so none of its records are kept (step -1)
         resume_step = None if not resume else (self.step if self.resume_from is not None else -1)
@@ -132,65 +138,6 @@ class Trainer:
             if self.world.is_main
             else NullRunLogger()
         )
-
-    # ------------------------------------------------------------------ run directory
-    def _prepare_run_dir(self, resume: bool) -> Path | None:
-        config_path = self.run_dir / "config.yaml"
-        if resume:
-            latest = ckpt.latest_checkpoint(self.run_dir)
-            if latest is None:
-                if not config_path.exists():
-                    raise ConfigError(f"--resume {self.run_dir}: no such run (no config.yaml there)")
-                # killed before the first checkpoint: start over in the same directory
-            return latest
-        if ckpt.list_checkpoints(self.run_dir) or (self.run_dir / "metrics.jsonl").exists():
-            raise ConfigError(
-                f"output_dir {str(self.run_dir)!r} already holds a run; continue it with "
-                f"--resume {self.run_dir}, or choose a new one with --set output_dir=..."
-            )
-        if self.world.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            config_path.write_text(dump_config(self.cfg))
-        self.world.barrier("run directory")
-        return None
-
-    def _restore(self, path: Path) -> None:
-        """Optimizer, schedules, sampler, controllers and RNG streams (the weights were loaded with the model)."""
-        state = ckpt.load_trainer_state(path)
-        load_full_optimizer_state(self.model, self.optimizer, state.optimizer)
-        self.scheduler.load_state_dict(state.scheduler)
-        self.source.load_state_dict(state.sampler)
-        ranks = state.rank_states or [{"generator": state.generator, "rng": state.rng}]
-        if self.world.rank < len(ranks):
-            self.generator.set_state(ranks[self.world.rank]["generator"])
-            ckpt.restore_rng(ranks[self.world.rank]["rng"])
-        else:  # more ranks than the run that wrote the checkpoint: a fresh stream of this rank's own
-            self.generator.manual_seed(derived_seed(self.cfg.seed * 1_000_003 + state.step, self.world.rank))
-        self.kl_controller.load_state_dict(state.controllers["kl"])
-        self.entropy_controller.load_state_dict(state.controllers["entropy"])
-        self.step = state.step
-
-    def _save(self) -> None:
-        with self.world.phase("checkpoint: gather"):
-            model_state = self.models.gather_state()
-            optimizer_state = gather_full_optimizer_state(self.model, self.optimizer)
-        rank_states = self.world.gather_objects(
-            {"generator": self.generator.get_state(), "rng": ckpt.capture_rng()}, "checkpoint: RNG states"
-        )
-        if self.world.is_main:
-            state = ckpt.TrainerState(
-                step=self.step,
-                optimizer=optimizer_state,
-                scheduler=self.scheduler.state_dict(),
-                sampler=self.source.state_dict(),
-                generator=rank_states[0]["generator"],
-                rng=rank_states[0]["rng"],
-                controllers={"kl": self.kl_controller.state_dict(), "entropy": self.entropy_controller.state_dict()},
-                rank_states=rank_states,
-            )
-            write_model = self.models.write_model(model_state)
-            ckpt.save_checkpoint(self.run_dir, write_model, self.tokenizer, state, self.cfg.checkpoint.keep_last)
-        self.world.barrier("checkpoint: rank 0 writing")
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> EvalResult | None:
@@ -331,7 +278,7 @@ class Trainer:
                     if result is not None:
                         progress.note(f"step {self.step}: held-out {result.report}")
                 if self.step % cfg.checkpoint.every == 0 or last:
-                    self._save()
+                    save_run_checkpoint(self.run_dir, self.step, self.state, cfg.checkpoint.keep_last)
                 if out_of_time:
                     progress.note(f"time budget of {budget:.0f}s used after step {self.step}; stopping")
                     break
