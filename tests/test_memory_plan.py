@@ -35,6 +35,35 @@ def test_breakdown_by_hand():
     assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
 
 
+def test_per_rank_estimate_under_ddp_and_fsdp2_by_hand():
+    m = ModelDims(num_params=1000, hidden=4, intermediate=8, layers=2, kv_dim=2, vocab=10)
+    r = RunShape(prompt_tokens=5, max_new_tokens=3, prompts_per_step=2, completions_per_prompt=4,
+                 micro_batch_size=4, shared_prefix=True, reference_model=True)
+    one = estimate_peak_bytes(m, r)
+    ddp = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "processes": 2, "strategy": "ddp"}))
+    fsdp = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "processes": 2, "strategy": "fsdp2"}))
+    # ddp: the full model state on every rank; each rank generates one of the 2 groups (4 rows, not 8)
+    assert ddp["AdamW moments (fp32)"] == one["AdamW moments (fp32)"] == 8000
+    assert ddp["generation KV cache"] == one["generation KV cache"] / 2 == 2 * 2 * 2 * 4 * (5 + 3) * 4
+    # fsdp2: weights, gradients, moments and the reference halved; a full fp32 replica to decode on; two layers'
+    # parameters and gradients gathered: (1000 - 10·4) / 2 layers = 480 parameters each
+    assert fsdp["policy weights (fp32)"] == 2000 and fsdp["AdamW moments (fp32)"] == 4000
+    assert fsdp["gradients (fp32)"] == 2000 and fsdp["reference model"] == 2000
+    assert fsdp["generation replica (full)"] == 4000 and fsdp["bf16 generation copy"] == 0
+    assert fsdp["gathered layers (2, with gradients)"] == 2 * 2 * 4 * 480
+    bf16 = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "processes": 2, "strategy": "fsdp2",
+                                               "bf16_generation_copy": True}))
+    assert bf16["generation replica (full)"] == 2000 and bf16["bf16 generation copy"] == 0
+
+
+def test_config_show_estimates_per_rank(tmp_path):
+    path = create_tiny_model_dir(tmp_path / "m")
+    result = CliRunner().invoke(app, ["config", "show", "--processes", "4", "--set", f"model.name={path}",
+                                      "--set", "distributed.strategy=fsdp2"])
+    assert result.exit_code == 0, result.output
+    assert "per rank of 4 (fsdp2)" in result.output and "generation replica" in result.output
+
+
 def test_param_count_from_safetensors_headers(tmp_path):
     path = create_tiny_model_dir(tmp_path / "m")
     model, _ = load_policy(path)

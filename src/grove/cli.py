@@ -186,6 +186,10 @@ def config_show(
     memory: Annotated[
         bool, typer.Option("--memory/--no-memory", help="Estimate peak memory (reads the model's config and tokenizer).")
     ] = True,
+    processes: Annotated[
+        int,
+        typer.Option("--processes", min=1, help="Estimate per rank for a launch on N processes (distributed.strategy)."),
+    ] = 1,
 ) -> None:
     """Print the resolved, validated config, the batch quantities it implies, and a peak-memory estimate."""
     cfg = _load(config, set_)
@@ -205,10 +209,10 @@ def config_show(
         table.add_row(key, str(value))
     console.print(table)
     if memory:
-        _print_memory_plan(cfg)
+        _print_memory_plan(cfg, processes)
 
 
-def _print_memory_plan(cfg: GroveConfig) -> None:
+def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
     import psutil
 
     import grove.builtin_components  # noqa: F401
@@ -252,9 +256,12 @@ def _print_memory_plan(cfg: GroveConfig) -> None:
         bf16_generation_copy=cfg.rollout.bf16_weights,
         logit_cache_bytes=int(t.logit_cache_mb * 2**20),
         lora_params=lora_params,
+        processes=processes,
+        strategy=cfg.distributed.strategy,
     )
     parts = estimate_peak_bytes(dims, shape)
-    table = Table(title=f"estimated peak memory (longest prompt {prompt_tokens} tokens)")
+    per_rank = f", per rank of {processes} ({cfg.distributed.strategy})" if processes > 1 else ""
+    table = Table(title=f"estimated peak memory (longest prompt {prompt_tokens} tokens{per_rank})")
     table.add_column("component")
     table.add_column("GiB", justify="right")
     for name, value in parts.items():

@@ -18,6 +18,12 @@ The estimate adds the resident pieces of a training step for a decoder-only tran
   backward), else two ``[chunk, vocab]`` float32 buffers; plus a float32 ``[vocab, hidden]`` gradient
   accumulator.
 
+With several processes (``processes`` > 1, ``distributed.strategy``; docs/distributed.md) the estimate is per
+rank: each rank generates ``1/N`` of the rows; under ``ddp`` every rank holds the full model state; under
+``fsdp2`` weights, gradients, AdamW moments (and the reference model) are ``1/N`` per rank, plus the full
+replica generation decodes on (fp32, or bf16 with ``rollout.bf16_weights``) and two decoder layers'
+gathered parameters and gradients (the one running and the one prefetched).
+
 It is an estimate (allocator overhead, the Python runtime and framework buffers come on top: budget
 ~1 GB more on CPU); ``docs/benchmarks.md`` compares it with measured peak RSS.
 """
@@ -123,6 +129,8 @@ class RunShape:
     logits_chunk: int = DEFAULT_CHUNK_SIZE
     logit_cache_bytes: int = DEFAULT_CACHE_BYTES  # train.logit_cache_mb
     lora_params: int | None = None  # adapter parameters with model.lora (lora_parameter_count); None: full fine-tuning
+    processes: int = 1  # ranks of a torchrun launch; the estimate is per rank
+    strategy: str = "ddp"  # distributed.strategy when processes > 1: "ddp" | "fsdp2"
 
 
 def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
@@ -133,18 +141,21 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         tokens = groups * r.prompt_tokens + r.micro_batch_size * r.max_new_tokens
     else:
         tokens = r.micro_batch_size * (r.prompt_tokens + r.max_new_tokens)
-    rows = r.prompts_per_step * r.completions_per_prompt
+    # this rank's rows: its share of whole groups
+    rows = -(-r.prompts_per_step // max(r.processes, 1)) * r.completions_per_prompt
     lora = r.lora_params is not None
     trained = r.lora_params if lora else m.num_params
-    parts = {"policy weights (fp32)": 4.0 * m.num_params}
+    sharded = r.processes > 1 and r.strategy == "fsdp2"
+    share = 1.0 / r.processes if sharded else 1.0  # the fraction of the model state a rank holds
+    parts = {"policy weights (fp32)": 4.0 * m.num_params * share}
     if lora:
-        parts["LoRA adapters (fp32)"] = 4.0 * trained
+        parts["LoRA adapters (fp32)"] = 4.0 * trained * share
     parts |= {
-        "gradients (fp32)": 4.0 * trained,
-        "AdamW moments (fp32)": 8.0 * trained,
+        "gradients (fp32)": 4.0 * trained * share,
+        "AdamW moments (fp32)": 8.0 * trained * share,
         # with LoRA the reference policy is the same weights with the adapters disabled: no copy
-        "reference model": 4.0 * m.num_params if r.reference_model and not lora else 0.0,
-        "bf16 generation copy": 2.0 * m.num_params if r.bf16_generation_copy else 0.0,
+        "reference model": 4.0 * m.num_params * share if r.reference_model and not lora else 0.0,
+        "bf16 generation copy": 2.0 * m.num_params if r.bf16_generation_copy and not sharded else 0.0,
         "activations (one micro-batch)": float(tokens * m.layers * per_token_layer * r.compute_bytes),
         "generation KV cache": float(2 * m.layers * m.kv_dim * rows * (r.prompt_tokens + r.max_new_tokens) * r.compute_bytes),
     }
@@ -155,5 +166,9 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         parts["output-projection chunks"] = float(cache_bytes_needed(r.logits_chunk, m.vocab))
     # the frozen head of a LoRA model gets no gradient (the kernel skips it when the weight needs none)
     parts["output-projection gradient"] = 0.0 if lora else float(4 * m.vocab * m.hidden)
+    if sharded:
+        parts["generation replica (full)"] = (2.0 if r.bf16_generation_copy else 4.0) * m.num_params
+        layer = (m.num_params - m.vocab * m.hidden) / max(m.layers, 1)
+        parts["gathered layers (2, with gradients)"] = 2 * 2 * 4.0 * layer
     parts["total"] = sum(parts.values())
     return parts
