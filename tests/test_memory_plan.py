@@ -51,6 +51,9 @@ def test_per_rank_estimate_under_ddp_and_fsdp2_by_hand():
     assert fsdp["gradients (fp32)"] == 2000 and fsdp["reference model"] == 2000
     assert fsdp["generation replica (full)"] == 4000 and fsdp["bf16 generation copy"] == 0
     assert fsdp["gathered layers (2, with gradients)"] == 2 * 2 * 4 * 480
+    # rank 0 gathers the full weights and moments to write a checkpoint, under either strategy
+    assert fsdp["checkpoint gather (rank 0)"] == ddp["checkpoint gather (rank 0)"] == 12 * 1000
+    assert "checkpoint gather (rank 0)" not in one
     bf16 = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "processes": 2, "strategy": "fsdp2",
                                                "bf16_generation_copy": True}))
     assert bf16["generation replica (full)"] == 2000 and bf16["bf16 generation copy"] == 0

@@ -22,7 +22,9 @@ With several processes (``processes`` > 1, ``distributed.strategy``; docs/distri
 rank: each rank generates ``1/N`` of the rows; under ``ddp`` every rank holds the full model state; under
 ``fsdp2`` weights, gradients, AdamW moments (and the reference model) are ``1/N`` per rank, plus the full
 replica generation decodes on (fp32, or bf16 with ``rollout.bf16_weights``) and two decoder layers'
-gathered parameters and gradients (the one running and the one prefetched).
+gathered parameters and gradients (the one running and the one prefetched). With several ranks, rank 0 also
+holds a full copy of the weights and AdamW moments while it writes a checkpoint (full state dicts,
+:mod:`grove.distributed.checkpoint_state`).
 
 It is an estimate (allocator overhead, the Python runtime and framework buffers come on top: budget
 ~1 GB more on CPU); ``docs/benchmarks.md`` compares it with measured peak RSS.
@@ -166,6 +168,8 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         parts["output-projection chunks"] = float(cache_bytes_needed(r.logits_chunk, m.vocab))
     # the frozen head of a LoRA model gets no gradient (the kernel skips it when the weight needs none)
     parts["output-projection gradient"] = 0.0 if lora else float(4 * m.vocab * m.hidden)
+    if r.processes > 1:  # rank 0 while writing a checkpoint: the gathered full weights and AdamW moments
+        parts["checkpoint gather (rank 0)"] = 12.0 * trained + (4.0 * m.num_params if lora else 0.0)
     if sharded:
         parts["generation replica (full)"] = (2.0 if r.bf16_generation_copy else 4.0) * m.num_params
         layer = (m.num_params - m.vocab * m.hidden) / max(m.layers, 1)
