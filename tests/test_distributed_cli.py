@@ -68,3 +68,24 @@ def test_a_stuck_collective_times_out_naming_rank_and_phase():
     done = _torchrun([str(TESTS / "distributed_hang.py")], timeout=120)
     assert done.returncode != 0
     assert "COLLECTIVE ERROR: rank 0/2: collective 'update: loss scale' failed or timed out" in done.stdout
+
+
+def test_a_resumed_two_rank_run_reproduces_the_uninterrupted_one(tiny, tmp_path):
+    """Real sampling on 2 ranks: each rank's rollout stream (and RNG states) is checkpointed, so stopping after
+    step 2 and resuming gives exactly the metrics of the run that went straight to step 3."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    extra = {"train.steps": 3, "rollout.temperature": 1.0}
+    done = _torchrun(_train_args(tiny, straight, "fsdp2", **extra))
+    assert done.returncode == 0, done.stderr[-4000:]
+    done = _torchrun(_train_args(tiny, resumed, "fsdp2", **{**extra, "train.steps": 2}))
+    assert done.returncode == 0, done.stderr[-4000:]
+    done = _torchrun([*_train_args(tiny, resumed, "fsdp2", **extra), "--resume", str(resumed)])
+    assert done.returncode == 0, done.stderr[-4000:]
+    timing = ("seconds", "per_second")
+    a = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in b] == [1, 2, 3]
+    for x, y in zip(a, b, strict=True):
+        assert {k: v for k, v in x.items() if not k.endswith(timing)} == {
+            k: v for k, v in y.items() if not k.endswith(timing)
+        }
