@@ -10,7 +10,9 @@ Cases: GRPO with token-mean aggregation, Dr.GRPO (constant normaliser), REINFORC
 to a reference model that FSDP2 shards too), and GRPO with D^3S at batch scope for samples and tokens
 (whole-batch max-variance selection and top-|A|·H ranking over every rank's tokens; ranks then train on
 different numbers of samples, so the micro-batch count equalisation is exercised), and GiGPO on FrozenLake
-episodes (one sample per turn, step tables and anchor states gathered across ranks).
+episodes (one sample per turn, step tables and anchor states gathered across ranks), LoRA with a KL term to
+the adapter-disabled reference (no-grad passes through the sharded module before the update), and two PPO
+epochs with recomputed old log-probs (ratio ≠ 1 in the second).
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ ALGORITHMS = {
     "d3s_batch": [
         "algorithm={advantage: {id: grpo}, aggregation: token_mean}",
         "selection={samples: {scope: batch, ratio: 0.6}, tokens: {scope: batch, ratio: 0.5}}",
+    ],
+    "lora_kl": [
+        "algorithm={advantage: {id: grpo}, aggregation: token_mean, kl: {coef: 0.1, estimator: k3}}",
+        "model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj, up_proj]}",
+    ],
+    "two_epochs_recompute": [
+        "algorithm={advantage: {id: grpo}, aggregation: token_mean}",
+        "train.ppo_epochs=2",
+        "train.old_logprobs=recompute",
     ],
     "gigpo_frozenlake": [
         "env={id: frozenlake, params: {size: 4, slippery: false, maps: random, num_train_tasks: 16, "
@@ -112,7 +123,9 @@ def _metrics(run: Path) -> list[dict]:
 
 
 def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
-    return load_file(run / "checkpoints" / f"step-{step:06d}" / "model" / "model.safetensors")
+    model = run / "checkpoints" / f"step-{step:06d}" / "model"
+    adapter = model / "adapter_model.safetensors"
+    return load_file(adapter if adapter.exists() else model / "model.safetensors")
 
 
 def _assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], what: str, atol: float) -> None:
@@ -142,9 +155,12 @@ def _assert_same_run(run: Path, reference: Path, steps: list[int]) -> None:
 def test_two_ranks_equal_one_process(runs, strategy, algorithm):
     run, reference = runs / f"{strategy}-{algorithm}", runs / f"one-{algorithm}"
     _assert_same_run(run, reference, [1, 2])
-    initial = load_file(runs / "tiny" / "model.safetensors")
     final = _weights(run, 2)
-    assert any((final[k] - initial[k]).abs().max() > 1e-3 for k in initial), "the update did not move the weights"
+    if algorithm.startswith("lora"):  # adapters only; B starts at zero
+        assert any(final[k].abs().max() > 1e-3 for k in final if "lora_B" in k), "the adapters did not train"
+    else:
+        initial = load_file(runs / "tiny" / "model.safetensors")
+        assert any((final[k] - initial[k]).abs().max() > 1e-3 for k in initial), "the update did not move the weights"
     _assert_close(
         torch.load(run / "final_grads.pt"), torch.load(reference / "final_grads.pt"), f"{run.name} gradients", 1e-6
     )

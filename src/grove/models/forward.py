@@ -335,8 +335,20 @@ def response_logprobs(model: nn.Module, batch: RolloutBatch, layout: str = "pack
     inner = logprob_module_of(model)
     if inner is not None:
         device = next(inner.parameters()).device
-        return model(batch.to(device) if batch.prompt_ids.device != device else batch, layout, **kwargs)
+        out = model(batch.to(device) if batch.prompt_ids.device != device else batch, layout, **kwargs)
+        if not torch.is_grad_enabled() and _is_fully_sharded(model):
+            # FSDP2 leaves the root's parameters gathered after a forward, expecting a backward; after a no-grad
+            # forward that state made the next backward skip the root's gradient reduce-scatter (embeddings and
+            # final norm kept no gradient: tests/test_distributed_equivalence.py, two_epochs_recompute)
+            model.reshard()
+        return out
     return layout_logprobs(model, batch, layout, **kwargs)
+
+
+def _is_fully_sharded(model: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
 
 
 def layout_logprobs(model: nn.Module, batch: RolloutBatch, layout: str = "packed", **kwargs) -> tuple[Tensor, Tensor | None]:

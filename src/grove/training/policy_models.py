@@ -56,8 +56,11 @@ class PolicyModels:
             self.generation_weights.refresh(self.causal_lm)
 
     def logprobs(self, model: nn.Module, batch: RolloutBatch, layout: str, temperature: float) -> Tensor:
-        """No-grad log-probs of ``batch``'s responses under ``model`` (CPU float32, usable later in autograd)."""
-        with torch.inference_mode():
+        """No-grad log-probs of ``batch``'s responses under ``model`` (CPU float32, usable later in autograd).
+
+        ``no_grad``, not ``inference_mode``: FSDP2 keeps the unsharded parameter buffers it allocates in a forward
+        and reuses them in the next, and buffers created under ``inference_mode`` cannot be written outside it."""
+        with torch.no_grad():
             logprobs, _ = response_logprobs(model, batch, layout, temperature=temperature)
         return logprobs.float().cpu().clone()
 
