@@ -134,6 +134,14 @@ class TrainConfig(Section):
         "log-probs; 'recompute': one no-grad training forward before the update (needed by rollout_correction).",
     )
 
+    max_skipped_steps: int = Field(
+        3,
+        ge=1,
+        description="A non-finite loss, gradient norm or advantage skips that optimizer step (gradients dropped, the "
+        "step counted in `skipped_steps`); after this many consecutive skipped steps the run stops with an error, "
+        "its last good checkpoint intact.",
+    )
+
     @property
     def completions_per_step(self) -> int:
         return self.prompts_per_step * self.completions_per_prompt
