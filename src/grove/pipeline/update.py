@@ -19,11 +19,17 @@ micro-batches (a rank with fewer repeats its last one with the loss multiplied b
 parameters in every forward, so all ranks must run as many). With one mini-batch per epoch the loss,
 gradients and update equal the single-process run on the union of the ranks' samples
 (``tests/test_distributed_equivalence.py``); with several, each rank splits its own samples.
+
+Non-finite guard: a mini-batch whose loss (on any rank) or global gradient norm is not finite does not step
+the optimizer or the learning-rate schedule; its gradients are dropped, the skip is counted
+(``skipped_optimizer_steps``) and the trajectories of the offending micro-batches are logged as a warning.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +52,8 @@ from grove.pipeline.downsampling import (
     selected_token_count,
     tokens_with_signal,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -260,6 +268,7 @@ def policy_update(
     mismatch_tokens = 0.0
     grad_tokens = 0.0
     signal_tokens = 0.0
+    skipped = 0
     for epoch in range(schedule.ppo_epochs):
         order = torch.randperm(n, generator=generator) if not schedule.on_policy else torch.arange(n)
         # exactly `mini_batches` near-equal mini-batches, whatever the step's sample count (agent steps vary)
@@ -283,6 +292,7 @@ def policy_update(
             scale = _global_scale(mini, micro_indices[:real], parts, coefs, world)
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
+            offending: list[int] = []  # trajectories of micro-batches whose loss is not finite
             first_pass = epoch == 0 and mini_index == 0
             for k, micro_idx in enumerate(micro_indices):
                 mb = mini.select(micro_idx).trimmed()
@@ -298,6 +308,8 @@ def policy_update(
                 in_loss, mismatch = in_loss.cpu(), mismatch.cpu()
                 stats = {name: v.cpu() for name, v in stats.items()}
                 total += float(loss.detach())
+                if not math.isfinite(float(loss.detach())):
+                    offending += mb.trajectory_index.tolist()
                 token_stats.add(stats, candidates[micro_idx][:, : mb.loss_mask.shape[1]].float())
                 grad_tokens += float(in_loss.sum())
                 signal_tokens += tokens_with_signal(in_loss, mb.advantages)
@@ -308,8 +320,17 @@ def policy_update(
             max_norm = schedule.max_grad_norm if schedule.max_grad_norm is not None else float("inf")
             with world.phase("update: gradient norm"):
                 grad_norm = strategy.clip_grad_norm(params, max_norm)
-            optimizer.step()
-            scheduler.step()
+            if world.any(bool(offending), "update: non-finite check") or not math.isfinite(grad_norm):
+                optimizer.zero_grad(set_to_none=True)  # this mini-batch never happened
+                skipped += 1
+                ids = sorted(set(sum(world.gather_objects(offending, "update: non-finite samples"), [])))
+                log.warning(
+                    "non-finite %s: optimizer step skipped (epoch %d, mini-batch %d); trajectories %s",
+                    "loss" if ids else f"gradient norm ({grad_norm})", epoch, mini_index, ids[:50] or "(all)",
+                )
+            else:
+                optimizer.step()
+                scheduler.step()
             losses.append(total)
             grad_norms.append(grad_norm)
     if world.distributed:  # the run's numbers, not this rank's: sums over ranks, the largest mismatch
@@ -331,6 +352,7 @@ def policy_update(
         "trained_tokens": token_stats.tokens,
         "grad_tokens": grad_tokens,
         "grad_tokens_with_signal": signal_tokens,
+        "skipped_optimizer_steps": float(skipped),
     }
     if _selects_tokens(parts, coefs):
         metrics["selection/token_keep_ratio"] = coefs.token_keep_ratio

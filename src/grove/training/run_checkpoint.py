@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,18 @@ def save_run_checkpoint(run_dir: Path, step: int, state: RunState, keep_last: in
             controllers={name: c.state_dict() for name, c in state.controllers.items()},
             rank_states=rank_states,
         )
-        ckpt.save_checkpoint(run_dir, models.write_model(model_state), models.tokenizer, trainer_state, keep_last)
-    world.barrier("checkpoint: rank 0 writing")
+    failure: ckpt.CheckpointWriteError | None = None
+    if world.is_main:
+        try:
+            ckpt.save_checkpoint(run_dir, models.write_model(model_state), models.tokenizer, trainer_state, keep_last)
+        except ckpt.CheckpointWriteError as exc:
+            failure = exc
+    # every rank learns whether rank 0's write worked, so all stop together when it did not
+    message = world.broadcast_object(None if failure is None else str(failure), "checkpoint: rank 0 writing")
+    if failure is not None:
+        raise failure
+    if message is not None:
+        raise ckpt.CheckpointWriteError(errno.EIO, f"rank 0 could not write the checkpoint: {message}")
 
 
 def restore_run_checkpoint(path: Path, state: RunState) -> int:

@@ -13,6 +13,7 @@ reduces gradients across ranks, and rank 0 alone writes logs, evaluations and ch
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from grove.pipeline.trajectory_weighting import apply_trajectory_weighting
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from grove.rollout.hf_engine import TransformersEngine
+from grove.training.nonfinite_guard import NonFiniteGuard, nonfinite_advantage_trajectories
 from grove.training.optim import build_optimizer
 from grove.training.policy_models import build_policy_models
 from grove.training.run_checkpoint import (
@@ -48,6 +50,7 @@ from grove.training.run_checkpoint import (
     restore_run_checkpoint,
     save_run_checkpoint,
 )
+from grove.training.stop_signals import StopRequests
 
 
 def seed_everything(seed: int) -> None:
@@ -78,6 +81,7 @@ class TrainSummary:
     run_dir: Path
     steps: int
     seconds: float
+    stopped_by: str | None = None  # the signal that stopped the run early (SIGTERM, SIGINT), if one did
 
 
 class Trainer:
@@ -130,6 +134,7 @@ class Trainer:
             {"kl": self.kl_controller, "entropy": self.entropy_controller}, self.world, cfg.seed,
         )
         self.step = 0 if self.resume_from is None else restore_run_checkpoint(self.resume_from, self.state)
+        self.nonfinite_guard = NonFiniteGuard(t.max_skipped_steps, t.ppo_epochs * t.mini_batches, run_dir)
         # resuming keeps the log records up to the checkpoint's step; a run killed before its first
         # checkpoint starts over, so none of its records are kept (step -1)
         resume_step = None if not resume else (self.step if self.resume_from is not None else -1)
@@ -208,6 +213,7 @@ class Trainer:
         batch, kept_rows, selection_stats = self._select_rollouts(exp)
         batch, weighting_stats = apply_trajectory_weighting(batch, cfg.algorithm.trajectory_weighting)
         trained_samples = batch.num_samples  # over all ranks
+        nonfinite_advantages = nonfinite_advantage_trajectories(batch)
         batch = self._own_rows(batch, kept_rows, exp.local_rows)
         t_train = time.perf_counter()
         if self.schedule.recompute_old_logprobs:
@@ -221,10 +227,13 @@ class Trainer:
             entropy=self.entropy_controller.active_coef(),
             token_keep_ratio=self._keep_ratio(cfg.selection.tokens),
         )
-        update = policy_update(
-            self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator, coefs,
-            self.models.strategy,
-        )
+        if nonfinite_advantages:  # the guard of docs/reliability.md: no update from these advantages
+            update = {"skipped_optimizer_steps": float(self.schedule.ppo_epochs * self.schedule.mini_batches)}
+        else:
+            update = policy_update(
+                self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator,
+                coefs, self.models.strategy,
+            )
         with self.world.phase("update: refresh the generation weights"):
             self.models.refresh_generation_weights()
         release_host_memory()
@@ -232,13 +241,15 @@ class Trainer:
         observed_kl = update.get("kl", exp.stats.get("kl_in_reward"))
         if observed_kl is not None:
             self.kl_controller.update(observed_kl, trained_samples)
-        self.entropy_controller.update(update["entropy"])
+        if math.isfinite(update.get("entropy", float("nan"))):
+            self.entropy_controller.update(update["entropy"])
         metrics = step_metrics(exp, exp.batch, accuracy_reward=self.cfg.accuracy_reward_name)  # all rollouts
         metrics.update(update)
         metrics.update(exp.stats)
         metrics.update(selection_stats)
         metrics.update(correction_stats)
         metrics.update(weighting_stats)
+        metrics["nonfinite_advantage_samples"] = float(len(nonfinite_advantages))
         metrics.update(
             {
                 "kl_coef": self.kl_controller.coef,
@@ -247,7 +258,7 @@ class Trainer:
                 "train_seconds": t_end - t_train,
                 "step_seconds": t_end - t0,
                 "generated_tokens_per_second": exp.generated_tokens / max(exp.generation_seconds, 1e-9),
-                "trained_tokens_per_second": update["trained_tokens"] / max(t_end - t_train, 1e-9),
+                "trained_tokens_per_second": update.get("trained_tokens", 0.0) / max(t_end - t_train, 1e-9),
             }
         )
         self.logger.log_samples(self.step, exp.samples)
@@ -264,21 +275,27 @@ class Trainer:
         )
         budget = cfg.train.time_budget_seconds
         loop_start = time.perf_counter()
-        with progress:
+        with progress, StopRequests() as stop:
             while self.step < cfg.train.steps:
                 self.step += 1
                 metrics = self.train_step()
                 metrics["elapsed_seconds"] = time.perf_counter() - loop_start
+                self.nonfinite_guard.observe(self.step, metrics)
                 self.logger.log_step(self.step, metrics)
                 progress.update(self.step, metrics)
+                self.nonfinite_guard.check(self.step)
                 out_of_time = budget is not None and metrics["elapsed_seconds"] >= budget
-                last = self.step == cfg.train.steps or out_of_time
+                stopping = self.world.any(stop.requested, "stop request")  # a signal on any rank stops them all
+                last = self.step == cfg.train.steps or out_of_time or stopping
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and not last:
                     result = self.evaluate()
                     if result is not None:
                         progress.note(f"step {self.step}: held-out {result.report}")
                 if self.step % cfg.checkpoint.every == 0 or last:
                     save_run_checkpoint(self.run_dir, self.step, self.state, cfg.checkpoint.keep_last)
+                if stopping:
+                    self.logger.close()
+                    return TrainSummary(self.run_dir, self.step, time.perf_counter() - start, stop.signal_name or "signal")
                 if out_of_time:
                     progress.note(f"time budget of {budget:.0f}s used after step {self.step}; stopping")
                     break
