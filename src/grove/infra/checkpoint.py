@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from grove.infra import fault_points
+
 PREFIX = "step-"
 MANIFEST = "manifest.json"
 
@@ -169,6 +171,7 @@ def save_checkpoint(
         hf_logging.disable_progress_bar()  # the run's own progress bar is the one to read
         write_model(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
+        fault_points.reached("checkpoint", state.step)
         torch.save(state.__dict__, tmp / "trainer_state.pt")
         write_manifest(tmp)
     except (OSError, RuntimeError) as exc:  # torch.save reports a full disk as RuntimeError

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from grove.infra import fault_points
+
 
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
@@ -31,8 +33,10 @@ class JsonlLog:
             f.flush()
             os.fsync(f.fileno())
 
-    def truncate_after(self, step: int) -> None:
-        """Keep only records with ``step <= step`` (and drop a half-written last line)."""
+    def truncate_after(self, step: int, *, drop_final_at_step: bool = False) -> None:
+        """Keep only records with ``step <= step`` (and drop a half-written last line); with
+        ``drop_final_at_step``, also the records of ``step`` marked ``final`` (an end-of-run evaluation, written
+        after that step's checkpoint: a resumed run repeats it)."""
         if not self.path.exists():
             return
         kept = []
@@ -41,7 +45,8 @@ class JsonlLog:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if record.get("step", 0) <= step:
+            at = record.get("step", 0)
+            if at < step or (at == step and not (drop_final_at_step and record.get("final"))):
                 kept.append(line)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
@@ -61,8 +66,9 @@ class RunLogger:
         self.evals = JsonlLog(run_dir / "eval.jsonl")
         self.samples = JsonlLog(run_dir / "samples.jsonl")
         if resume_step is not None:
-            for log in (self.metrics, self.evals, self.samples):
+            for log in (self.metrics, self.samples):
                 log.truncate_after(resume_step)
+            self.evals.truncate_after(resume_step, drop_final_at_step=True)
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -72,6 +78,7 @@ class RunLogger:
 
     def log_step(self, step: int, metrics: dict[str, float]) -> None:
         self.metrics.append({"step": step, **metrics})
+        fault_points.reached("logging", step)
         self._scalars(step, metrics, prefix="train/")
 
     def log_eval(self, step: int, report: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from grove.config import ConfigError, GroveConfig
 from grove.distributed.world import World, derived_seed
 from grove.evaluation.evaluate import EvalResult
 from grove.experience import SourceContext, build_experience_source
+from grove.infra import fault_points
 from grove.infra.precision import autocast
 from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
@@ -145,13 +146,14 @@ class Trainer:
         )
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self) -> EvalResult | None:
-        """Held-out evaluation on rank 0 (the others wait); ``None`` on the other ranks."""
+    def evaluate(self, final: bool = False) -> EvalResult | None:
+        """Held-out evaluation on rank 0 (the others wait); ``None`` on the other ranks. ``final``: the end-of-run
+        evaluation, after the last checkpoint (marked so that a resumed run replaces it instead of adding one)."""
         self.model.eval()
         result = None
         if self.world.is_main:
             result = self.source.evaluate()
-            self.logger.log_eval(self.step, result.record())
+            self.logger.log_eval(self.step, {**result.record(), **({"final": True} if final else {})})
             with (self.run_dir / f"eval_samples_step{self.step:06d}.jsonl").open("w") as f:
                 for s in result.samples:
                     f.write(json.dumps(s) + "\n")
@@ -209,6 +211,7 @@ class Trainer:
         kl = cfg.algorithm.kl
         with autocast(cfg.train.precision, self.world.device):
             exp = self.source.collect(self.step)
+        fault_points.reached("generation", self.step)
         release_host_memory()  # generation's freed KV cache goes back to the OS before the update
         batch, kept_rows, selection_stats = self._select_rollouts(exp)
         batch, weighting_stats = apply_trajectory_weighting(batch, cfg.algorithm.trajectory_weighting)
@@ -234,6 +237,7 @@ class Trainer:
                 self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator,
                 coefs, self.models.strategy,
             )
+        fault_points.reached("update", self.step)
         with self.world.phase("update: refresh the generation weights"):
             self.models.refresh_generation_weights()
         release_host_memory()
@@ -299,7 +303,7 @@ class Trainer:
                 if out_of_time:
                     progress.note(f"time budget of {budget:.0f}s used after step {self.step}; stopping")
                     break
-        self.evaluate()
+        self.evaluate(final=True)
         self.logger.close()
         summary = TrainSummary(self.run_dir, self.step, time.perf_counter() - start)
         if self.world.is_main:
