@@ -5,7 +5,7 @@ must never hold a duplicate or a missing step.
 Kill points (fixed seed, so the fuzzer is repeatable): every named fault point (generation, update, logging,
 checkpoint writing: :mod:`grove.infra.fault_points`) at chosen steps, plus moments drawn uniformly over the
 uninterrupted run's wall time (which also land in start-up, evaluation and between points). The default run
-(CI) takes one point per phase and two timed kills; ``-m slow`` runs the full fuzzer (12 phase points + 12
+(CI) takes one point per phase and two timed kills; ``-m fuzz`` runs the full fuzzer (12 phase points + 12
 timed kills). ``docs/reliability.md`` gives the figures.
 """
 
@@ -112,7 +112,7 @@ def test_kill_fuzzer_short(reference, tmp_path):
         _survives(model, ref, tmp_path / point.name, point)
 
 
-@pytest.mark.slow
+@pytest.mark.fuzz
 def test_kill_fuzzer_full(reference, tmp_path):
     model, ref, wall = reference
     points = kill_points(wall, {p: [1, 2, 3] for p in PHASES}, timed=12, seed=1)

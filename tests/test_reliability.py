@@ -228,3 +228,57 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint_and_resume_reproduces(t
     Trainer(_cfg(tiny, out, 4), out, resume=True).run()
     assert _metrics(out) == _metrics(straight)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+
+
+def test_grove_train_stops_on_sigterm_and_says_how_to_resume(tiny, tmp_path):
+    """The command line: SIGTERM mid-run → checkpoint, exit code 143, the resume command printed."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "grove", "train", "examples/arithmetic.yaml"]
+    for key, value in {
+        "model.name": tiny, "output_dir": out, "threads": 1, "task": "{id: arithmetic, train_size: 16, eval_size: 2}",
+        "rollout.max_new_tokens": 5, "train.steps": 500, "train.prompts_per_step": 2,
+        "train.completions_per_prompt": 2, "checkpoint.every": 1000, "logging.progress": False,
+        "logging.tensorboard": False, "eval.before_training": False,
+    }.items():
+        cmd += ["--set", f"{key}={value}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root / "src")}
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip():
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert "SIGTERM received" in stderr and f"--resume {out}" in stderr and "Traceback" not in stderr
+    assert [c.name for c in ckpt.list_checkpoints(out)] == [f"step-{steps[-1]:06d}"]
+
+
+def test_grove_train_reports_a_full_disk_as_an_error(tiny, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from grove.cli import app
+
+    real_save = torch.save
+
+    def save(obj, path, *a, **kw):
+        if "step-000002" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, path, *a, **kw)
+
+    monkeypatch.setattr(ckpt.torch, "save", save)
+    out = tmp_path / "run"
+    args = ["train", "examples/arithmetic.yaml", "--set", f"model.name={tiny}", "--set", f"output_dir={out}",
+            "--set", "task={id: arithmetic, train_size: 8, eval_size: 2}", "--set", "train.steps=3",
+            "--set", "train.prompts_per_step=2", "--set", "train.completions_per_prompt=2",
+            "--set", "rollout.max_new_tokens=4", "--set", "checkpoint.every=1", "--set", "logging.progress=false",
+            "--set", "eval.before_training=false", "--set", "threads=1"]
+    result = CliRunner().invoke(app, args)
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "No space left" in text and "step-000001 is intact" in text

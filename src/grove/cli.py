@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from grove.config import ConfigError, GroveConfig, dump_config, load_config
@@ -25,12 +28,58 @@ SetOption = Annotated[
 ]
 
 
+def _fail(message: str, where: str = "") -> NoReturn:
+    """Print a user mistake as ``error: ...`` (the text verbatim, never read as rich markup) and exit with 2."""
+    err.print(f"[red]error:[/red] {escape(where + message)}", highlight=False)
+    raise typer.Exit(2)
+
+
 def _load(config: Path | None, overrides: list[str] | None) -> GroveConfig:
     try:
         return load_config(config, overrides or [])
     except ConfigError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        _fail(str(exc))
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """The exception types that are the user's mistakes (a config, data file, model directory, prompt length or
+    reward function): printed as ``error: ...`` with exit code 2. Anything else is a bug and keeps its traceback."""
+    from grove.models.pretrained import ModelLoadError
+    from grove.rewards.scoring import RewardFunctionError
+    from grove.rollout.engine import PromptTooLongError
+    from grove.tasks.task import TaskDataError
+
+    return ConfigError, ModelLoadError, TaskDataError, PromptTooLongError, RewardFunctionError
+
+
+def _user_message(exc: Exception) -> str:
+    """The error's message; for a reward function that raised, plus where in the user's code."""
+    import traceback
+
+    from grove.rewards.scoring import RewardFunctionError
+
+    text = str(exc)
+    cause = exc.__cause__
+    if isinstance(exc, RewardFunctionError) and cause is not None and cause.__traceback__ is not None:
+        frame = traceback.extract_tb(cause.__traceback__)[-1]
+        text += f" (raised at {frame.filename}:{frame.lineno}, in {frame.name})"
+    return text
+
+
+def _output_dir_problem(path: Path) -> str | None:
+    """Why ``path`` cannot hold a run (``None``: it can): create it, write and remove a probe file."""
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return f"{blocker} is a file, not a directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".grove-write-test-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        return reason if not exc.filename or str(exc.filename) == str(path) else f"{reason}: {exc.filename}"
+    return None
 
 
 @app.command()
@@ -44,33 +93,56 @@ def train(
     """Train a policy with the configured algorithm, evaluating before and after."""
     overrides = list(set_ or [])
     if resume is not None:
-        overrides.append(f"output_dir={resume}")
+        overrides.append(f"output_dir={json.dumps(str(resume))}")  # quoted: the path is a string, not YAML
     cfg = _load(config, overrides)
     from grove.distributed.world import init_world
+    from grove.infra.checkpoint import CheckpointWriteError
+    from grove.training.nonfinite_guard import NonFiniteTrainingError
     from grove.training.trainer import Trainer
 
+    # besides the user's mistakes: the run's own clear stops (a checkpoint that could not be written, a run that
+    # kept producing NaN), whose messages say what is intact and how to go on
+    user_errors = (*_user_errors(), CheckpointWriteError, NonFiniteTrainingError)
     world = init_world(cfg.distributed.timeout_seconds, cfg.distributed.device)  # one process without torchrun
     where = f"{world.label}: " if world.distributed else ""
+
+    def fail(message: str) -> NoReturn:
+        world.close()
+        _fail(message, where)
+
+    problem = _output_dir_problem(Path(cfg.output_dir)) if world.is_main else None
+    if problem is not None:
+        fail(f"output_dir {cfg.output_dir!r} is not writable: {problem}; choose another with --set output_dir=...")
     try:
         trainer = Trainer(cfg, Path(cfg.output_dir), resume=resume is not None, world=world)
-    except ConfigError as exc:
-        err.print(f"[red]error:[/red] {where}{exc}")
-        world.close()
-        raise typer.Exit(2) from None
+    except user_errors as exc:
+        fail(_user_message(exc))
     if trainer.resume_from is not None and world.is_main:
         err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
     try:
         summary = trainer.run()
+    except user_errors as exc:
+        fail(_user_message(exc))
     except Exception as exc:
         if world.distributed:  # say which rank failed, before the traceback torchrun collects
-            err.print(f"[red]error:[/red] {where}{type(exc).__name__}: {exc}")
+            err.print(f"[red]error:[/red] {escape(f'{where}{type(exc).__name__}: {exc}')}", highlight=False)
         raise
+    world.close()
+    if summary.stopped_by is not None:  # SIGTERM / Ctrl-C: stopped after a step, with a checkpoint
+        import signal
+
+        if world.is_main:
+            err.print(
+                f"{summary.stopped_by} received: stopped after step {summary.steps} with a checkpoint. Continue with:\n"
+                f"  grove train {config} --resume {cfg.output_dir}" + "".join(f" --set {o}" for o in set_ or []),
+                markup=False, highlight=False,
+            )
+        raise typer.Exit(128 + signal.Signals[summary.stopped_by].value)
     if world.is_main:
         from grove.infra.plotting import plot_run
 
         plots = plot_run(summary.run_dir)
         _print_summary(summary.run_dir, plots)
-    world.close()
 
 
 def _print_summary(run_dir: Path, plots: list[Path]) -> None:
@@ -127,14 +199,17 @@ def eval_(
 
     configure_runtime(cfg.threads, cfg.host_allocator)
     model = model or cfg.model.name
+    user_errors = _user_errors()
     try:
         policy, tokenizer = load_policy(model)
-    except (FileNotFoundError, ValueError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+    except (FileNotFoundError, ValueError) as exc:  # ModelLoadError is a ValueError
+        _fail(str(exc))
     engine = TransformersEngine(policy, tokenizer)
-    source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
-    result = source.evaluate()
+    try:
+        source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
+        result = source.evaluate()
+    except user_errors as exc:
+        _fail(_user_message(exc))
     target = f"env {cfg.env.id}" if cfg.source_id == "environment" else cfg.task.id
     extra = "".join(f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate" and "/" not in k)
     console.print(f"{model} on {target}: {result.report}{extra}  ({result.seconds:.1f}s)")
@@ -209,7 +284,10 @@ def config_show(
         table.add_row(key, str(value))
     console.print(table)
     if memory:
-        _print_memory_plan(cfg, processes)
+        try:
+            _print_memory_plan(cfg, processes)
+        except _user_errors() as exc:
+            _fail(_user_message(exc))
 
 
 def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:

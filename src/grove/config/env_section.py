@@ -53,3 +53,10 @@ class EnvConfig(Section):
     max_context_tokens: int = Field(
         4096, ge=16, description="conversation prompts: an episode whose context would exceed this ends (truncated)."
     )
+    step_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds an environment's reset or step may take; a slower call ends that trajectory as an "
+        "environment error (counted like an exception) and the run goes on. The call runs in a worker thread, which "
+        "cannot be killed: a hung environment keeps its thread until it returns. null: no limit, called directly.",
+    )

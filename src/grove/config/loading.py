@@ -1,5 +1,10 @@
 """Loading a config: read the YAML (safe loader), apply ``--set`` overrides, expand the preset, validate;
-and the error messages that name the key, the problem and the allowed values."""
+and the error messages that name the key, the problem and the allowed values.
+
+Every mistake in a config file or a ``--set`` (unreadable file, YAML syntax, wrong type, unknown key, a value
+that is not plain data) is a :class:`ConfigError` naming the file (and line) or the key; nothing else escapes
+:func:`load_config` (``tests/test_config_fuzz.py`` fuzzes it).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from grove.config.presets import expand_preset
+from grove.config.presets import PRESETS, expand_preset
 from grove.config.schema import GroveConfig
 
 __all__ = ["ConfigError", "apply_overrides", "dump_config", "format_validation_error", "load_config"]
@@ -20,22 +25,112 @@ class ConfigError(ValueError):
     """A configuration problem, phrased for the user (key, problem, fix)."""
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """The safe loader, reading dates and times as the strings they are (``output_dir: runs/2024-01-01``, and
+    no crash on ``2024-13-45``) and refusing ``!!binary`` (a config holds text)."""
+
+
+def _refuse_binary(loader: yaml.SafeLoader, node: yaml.Node) -> None:
+    raise yaml.constructor.ConstructorError(
+        None, None, "!!binary values are not supported in a config", node.start_mark
+    )
+
+
+_ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
+_ConfigLoader.add_constructor("tag:yaml.org,2002:binary", _refuse_binary)
+
+# what yaml raises for malformed text: YAMLError, and the errors of explicitly tagged scalars it cannot convert
+# (``!!int abc``: ValueError, ``!!bool maybe``: KeyError); RecursionError for absurdly deep nesting
+_YAML_ERRORS = (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError)
+
+
+def _yaml_problem(exc: BaseException) -> tuple[str, str]:
+    """A one-line description of a YAML error, and where it is (``"line 3, column 7"``, or ``""``)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply", ""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        problem = ": ".join(str(part) for part in (exc.context, exc.problem) if part) or "syntax error"
+        mark = exc.problem_mark or exc.context_mark
+        return problem, (f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "")
+    return " ".join(str(exc).split()) or type(exc).__name__, ""
+
+
+def _parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _plain_data_problem(value: Any, path: str, ancestors: tuple[int, ...] = ()) -> str | None:
+    """Where ``value`` is not plain data (a recursive alias such as ``&a [*a]``, a string that is not valid
+    Unicode such as ``"\\ud800"``): a message naming the key, else ``None``."""
+    where = path or "(top level)"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"{where}: {value[exc.start : exc.end]!r} is not a valid Unicode character (a lone surrogate)"
+    if isinstance(value, dict | list):
+        if id(value) in ancestors:
+            return f"{where}: a recursive YAML alias (the value contains itself)"
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, child in items:
+            child_path = f"{path}.{key}" if path else str(key)
+            found = _plain_data_problem(key, where, ()) if isinstance(key, str) else None
+            found = found or _plain_data_problem(child, child_path, (*ancestors, id(value)))
+            if found:
+                return found
+    return None
+
+
+def _parse_override_value(key: str, raw: str) -> Any:
+    if not raw.strip():
+        return ""
+    try:
+        value = _parse_yaml(raw)
+    except _YAML_ERRORS as exc:
+        problem, _where = _yaml_problem(exc)
+        raise ConfigError(
+            f"--set {key}: the value {raw!r} is not valid YAML ({problem}); fix it, or quote a string with "
+            f"special characters: --set '{key}=\"...\"'"
+        ) from None
+    problem = _plain_data_problem(value, key)
+    if problem:
+        raise ConfigError(f"--set {problem}")
+    return value
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (value parsed as YAML; list items by index: ``rewards.0.weight=2``)."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.steps=20")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else ""
-        parts = key.strip().split(".")
+        parts = [part.strip() for part in key.split(".")]
+        key = ".".join(parts)
+        if not all(parts):
+            raise ConfigError(
+                f"--set {item!r}: {key!r} is not a key (an empty part); keys are dotted paths such as train.steps"
+            )
+        value = _parse_override_value(key, raw)
         node: Any = data
-        for depth, part in enumerate(parts[:-1]):
-            node = _child(node, part, ".".join(parts[: depth + 1]), create=True)
-        last = parts[-1]
-        if isinstance(node, list):
-            node[_list_index(node, last, key)] = value
-        else:
-            node[last] = value
+        for depth, part in enumerate(parts):
+            path, last = ".".join(parts[: depth + 1]), depth == len(parts) - 1
+            if isinstance(node, list):
+                index = _list_index(node, part, path)
+                if last:
+                    node[index] = value
+                node = node[index]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                elif node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+            else:
+                parent = ".".join(parts[:depth])
+                raise ConfigError(
+                    f"--set {key}: {parent} is {_short_repr(node)} (a {type(node).__name__}), not a section or a "
+                    f"list; set {parent} itself, or make it a mapping first"
+                )
     return data
 
 
@@ -43,16 +138,6 @@ def _list_index(node: list, part: str, path: str) -> int:
     if not part.isdigit() or int(part) >= len(node):
         raise ConfigError(f"--set {path}: {part!r} is not an index of a list of {len(node)} items")
     return int(part)
-
-
-def _child(node: Any, part: str, path: str, create: bool) -> Any:
-    if isinstance(node, list):
-        return node[_list_index(node, part, path)]
-    if not isinstance(node, dict):
-        raise ConfigError(f"--set {path}: cannot set a key inside a {type(node).__name__}")
-    if part not in node or node[part] is None:
-        node[part] = {}
-    return node[part]
 
 
 def format_validation_error(exc: ValidationError) -> str:
@@ -66,12 +151,18 @@ def format_validation_error(exc: ValidationError) -> str:
             hint = f" Did you mean {close[0]!r}?" if close else ""
             lines.append(f"{loc}: unknown key.{hint} Allowed keys here: {', '.join(allowed)}")
         elif err["type"] == "literal_error":
-            lines.append(f"{loc}: {err['msg']} (got {err['input']!r})")
+            lines.append(f"{loc}: {err['msg']} (got {_short_repr(err['input'])})")
         elif err["type"] == "value_error":
-            lines.append(f"{loc}: {str(err['msg']).removeprefix('Value error, ')}")
+            message = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(message if not err["loc"] else f"{loc}: {message}")  # top level: it names its keys
         else:
-            lines.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+            lines.append(f"{loc}: {err['msg']} (got {_short_repr(err.get('input'))})")
     return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
@@ -94,17 +185,14 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     """Read a YAML config (safe loader), apply ``--set`` overrides and validate."""
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {str(p)!r} does not exist")
-        try:
-            loaded = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(loaded).__name__}")
-        data = loaded or {}
+        data = _read_config_file(Path(path))
     data = apply_overrides(data, overrides or [])
+    algorithm = data.get("algorithm")
+    preset = algorithm.get("preset") if isinstance(algorithm, dict) else None
+    if preset is not None and not isinstance(preset, str):
+        raise ConfigError(
+            f"algorithm.preset: expected a preset name, got {_short_repr(preset)}; known: {', '.join(sorted(PRESETS))}"
+        )
     try:
         data = expand_preset(data)
     except KeyError as exc:
@@ -113,6 +201,32 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         return GroveConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
+
+
+def _read_config_file(p: Path) -> dict[str, Any]:
+    """The mapping a config file holds; every problem is a :class:`ConfigError` naming the file (and line)."""
+    if not p.exists():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} is not a file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = p.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{p}:{line}: not UTF-8 text ({exc.reason}); save the config file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror or exc}") from None
+    try:
+        loaded = _parse_yaml(text)
+    except _YAML_ERRORS as exc:
+        problem, where = _yaml_problem(exc)
+        raise ConfigError(f"{p}: not valid YAML{f' at {where}' if where else ''}: {problem}") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+    problem = _plain_data_problem(loaded or {}, "")
+    if problem:
+        raise ConfigError(f"{p}: {problem}")
+    return loaded or {}
 
 
 def dump_config(cfg: GroveConfig) -> str:

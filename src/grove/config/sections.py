@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from grove.config.components import ComponentSpec
 from grove.config.lora_section import LoraSettings
@@ -40,6 +40,32 @@ class RewardConfig(ComponentSpec):
     objective_weights: dict[str, float] | None = Field(
         None, description="Per-objective factors multiplying `weight` (default 1 each), e.g. {format: 0.5}."
     )
+    on_error: Literal["raise", "zero", "skip"] = Field(
+        "raise",
+        description="What a sample the reward raises on (or returns a malformed/NaN value for) gets: 'raise' stops the "
+        "run with an error naming the sample; 'zero': 0.0; 'skip': NaN, i.e. the reward does not apply to it (a sample "
+        "no weighted reward then applies to is left out of the step). Counted in reward_errors/<name>.",
+    )
+    isolation: Literal["none", "process"] = Field(
+        "none",
+        description="'process': run the reward in its own long-lived worker process (a crash kills only the worker, "
+        "which is restarted; needed for timeout_s). The reward must be importable (a module-level function).",
+    )
+    timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds a call of the reward (on the whole batch) may take; a slower call is cut off (its worker "
+        "killed and restarted) and its samples fail (on_error). Needs isolation: process.",
+    )
+
+    @model_validator(mode="after")
+    def _timeout_needs_a_process(self) -> RewardConfig:
+        if self.timeout_s is not None and self.isolation != "process":
+            raise ValueError(
+                "timeout_s needs isolation: process (a reward running in the trainer's process cannot be stopped); "
+                "set isolation: process, or remove timeout_s"
+            )
+        return self
 
     @property
     def display_name(self) -> str:
@@ -58,6 +84,11 @@ class RolloutConfig(Section):
         False,
         description="Generate from a bfloat16 copy of the policy, refreshed after every optimizer step (faster "
         "decode, +half the weights' memory, larger rollout-vs-training log-prob mismatch).",
+    )
+    prompt_overflow: Literal["error", "truncate_left"] = Field(
+        "error",
+        description="A prompt whose tokens plus max_new_tokens exceed the model's context: 'error' stops with a "
+        "message naming it; 'truncate_left' keeps its last tokens that fit (the chat template's tail) and logs it.",
     )
 
 

@@ -34,7 +34,7 @@ def _import_user_modules(modules: list[str]) -> None:
     for module in modules:
         try:
             importlib.import_module(module)
-        except ImportError as exc:
+        except (ImportError, ValueError, TypeError) as exc:  # ValueError: '', TypeError: a relative name
             raise ValueError(
                 f"imports: cannot import {module!r} ({exc}); it must be importable from the working "
                 "directory or PYTHONPATH"
@@ -178,6 +178,8 @@ def _check_experience_source(cfg: GroveConfig) -> None:
     e = cfg.env
     if e is None:
         raise ValueError("experience_source: environment needs an `env` section (env.id, env.params, ...)")
+    if "id" in e.params:
+        raise ValueError("env.params: 'id' is not a parameter; the environment is chosen by env.id")
     if ":" not in e.id:  # a user factory by import path is checked when it is built
         try:
             check_component(ComponentSpec(id=e.id, **e.params), ENVIRONMENTS, "env")

@@ -3,6 +3,7 @@ gets a 95% Wilson CI and every objective its mean over the samples it applies to
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,8 +13,17 @@ import torch
 from grove.evaluation.stats import AccuracyReport
 from grove.infra.precision import autocast
 from grove.rewards.scoring import RewardSpec, compute_rewards, reward_columns
-from grove.rollout.engine import RolloutEngine, SamplingParams, encode_prompts
+from grove.rollout.engine import (
+    RolloutEngine,
+    SamplingParams,
+    context_length,
+    encode_prompts,
+    fit_prompts,
+    prompt_preview,
+)
 from grove.tasks.task import Example, columns_for_rewards
+
+log = logging.getLogger("grove.evaluation")
 
 
 @dataclass(frozen=True)
@@ -50,11 +60,15 @@ def evaluate(
     system_prompt: str | None = None,
     use_chat_template: bool = True,
     batch_size: int = 64,
+    prompt_overflow: str = "error",
+    max_new_tokens_key: str = "rollout.max_new_tokens",
 ) -> EvalResult:
     """Greedy-decode every example once and score it with every reward.
 
     ``accuracy`` names the reward (or objective) column whose value 1.0 counts as correct. Every column's
     mean over the samples it applies to is reported as ``objective/<name>`` (with ``objective/<name>/n``).
+    A prompt too long for the model's context with ``max_new_tokens`` is an error or cut on the left
+    (``prompt_overflow``, :func:`grove.rollout.engine.fit_prompts`).
     """
     start = time.perf_counter()
     names, _ = reward_columns(rewards)
@@ -65,12 +79,19 @@ def evaluate(
     generator = torch.Generator().manual_seed(0)  # unused by greedy decoding, required by the interface
     matrices: list[torch.Tensor] = []
     samples: list[dict] = []
-    lengths = 0
+    lengths = truncated = 0
+    limit = context_length(getattr(engine, "model", None), tokenizer)
     for first in range(0, len(examples), batch_size):
         chunk = list(examples[first : first + batch_size])
         ids = encode_prompts(
             tokenizer, [e.prompt for e in chunk], system_prompt=system_prompt, use_chat_template=use_chat_template
         )
+        ids, cut = fit_prompts(
+            ids, context_length=limit, max_new_tokens=max_new_tokens, overflow=prompt_overflow,
+            describe=lambda k, first=first, chunk=chunk: f"eval example {first + k} ({prompt_preview(chunk[k].prompt)})",
+            max_new_tokens_key=max_new_tokens_key,
+        )
+        truncated += cut
         out = engine.generate(ids, 1, sampling, generator)
         prompts = [e.prompt_text for e in chunk]
         values = compute_rewards(rewards, prompts, out.texts, columns_for_rewards(chunk), step=-1)
@@ -81,6 +102,9 @@ def evaluate(
             {"prompt": p, "completion": c, "answer": e.answer, "correct": ok, "rewards": dict(zip(names, row, strict=True))}
             for p, c, e, ok, row in zip(prompts, out.texts, chunk, correct, values.tolist(), strict=True)
         )
+    if truncated:
+        log.warning("rollout.prompt_overflow: truncate_left: %d of %d eval prompts lost their first tokens to fit "
+                    "the model's context", truncated, len(examples))
     matrix = torch.cat(matrices) if matrices else torch.empty(0, len(names))
     return EvalResult(
         report=AccuracyReport.from_scores(torch.nan_to_num(matrix[:, column], nan=0.0).tolist()),
@@ -135,4 +159,6 @@ def evaluate_config(engine: RolloutEngine, tokenizer, cfg, rewards: Sequence[Rew
             system_prompt=cfg.rollout.system_prompt,
             use_chat_template=cfg.rollout.use_chat_template,
             batch_size=cfg.eval.batch_size,
+            prompt_overflow=cfg.rollout.prompt_overflow,
+            max_new_tokens_key="eval.max_new_tokens" if cfg.eval.max_new_tokens else "rollout.max_new_tokens",
         )

@@ -7,6 +7,7 @@ reference log-probs, KL in reward, advantages); this source owns the prompt orde
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from grove.evaluation.evaluate import EvalResult, evaluate_config
@@ -15,10 +16,12 @@ from grove.experience.task_sampler import TaskSampler
 from grove.pipeline.collect import ExperienceSettings, collect_experience
 from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES, REWARD_AGGREGATORS
 from grove.rewards.scoring import resolve_rewards, reward_columns
-from grove.rollout.engine import SamplingParams, encode_prompts
-from grove.tasks.task import build_task
+from grove.rollout.engine import SamplingParams, context_length, encode_prompts, fit_prompts, prompt_preview
+from grove.tasks.task import build_task, require_examples
 
 __all__ = ["CompletionSource", "rollout_sampling"]
+
+log = logging.getLogger("grove.experience")
 
 
 def rollout_sampling(cfg) -> SamplingParams:
@@ -62,18 +65,37 @@ class CompletionSource:
             aggregator_params=aggregator_params,
             world=ctx.world,
         )
+        require_examples(self.task, cfg.task.id)  # an empty split: an error naming the task and split
         self.sampler = TaskSampler(len(self.task.train), cfg.seed)
 
     def draw_prompts(self, count: int):
-        """The next ``count`` training examples and their prompt token ids."""
+        """The next ``count`` training examples and their prompt token ids, fitted to the model's context
+        (``rollout.prompt_overflow``)."""
         cfg = self.ctx.cfg
-        examples = [self.task.train[i] for i in self.sampler.next(count)]
+        indices = self.sampler.next(count)
+        examples = [self.task.train[i] for i in indices]
         prompt_ids = encode_prompts(
             self.ctx.tokenizer,
             [e.prompt for e in examples],
             system_prompt=cfg.rollout.system_prompt,
             use_chat_template=cfg.rollout.use_chat_template,
         )
+        prompt_ids, truncated = fit_prompts(
+            prompt_ids,
+            context_length=context_length(getattr(self.ctx.engine, "model", None), self.ctx.tokenizer),
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            overflow=cfg.rollout.prompt_overflow,
+            describe=lambda k: f"train example {indices[k]} of task {cfg.task.id!r} "
+            f"({prompt_preview(examples[k].prompt)})",
+        )
+        if truncated:
+            if not getattr(self, "truncated_prompts", 0):
+                log.warning(
+                    "rollout.prompt_overflow: truncate_left: %d of %d training prompts of this step were too long "
+                    "for the model's context and lost their first tokens (later ones are counted in the source's "
+                    "truncated_prompts, not logged)", truncated, len(prompt_ids),
+                )
+            self.truncated_prompts = getattr(self, "truncated_prompts", 0) + truncated
         return examples, prompt_ids
 
     def collect(self, step: int) -> StepExperience:

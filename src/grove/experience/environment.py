@@ -114,6 +114,7 @@ class EnvironmentSource:
             max_turns=self.env_cfg.max_turns,
             invalid_penalty=self.env_cfg.invalid_action_penalty,
             env_name=self.suite.name,
+            step_timeout_s=self.env_cfg.step_timeout_s,
         )
 
     def _draw_starts(self) -> list[tuple[int, int]]:

@@ -8,6 +8,13 @@ A well-formed action the environment itself rejects (it returns ``info["invalid_
 an unknown knowledge base) is charged the same penalty and counted as invalid too.
 An environment that raises, in ``reset`` or ``step``, ends its own trajectory as failed; the error is
 counted and its traceback logged once per (environment, exception type); the other episodes go on.
+With ``step_timeout_s`` (``env.step_timeout_s``) a ``reset`` or ``step`` that does not return in time ends its
+trajectory the same way (:class:`EnvironmentTimeout`). The calls then run in one reusable daemon worker thread
+per :func:`run_episodes` call, waited for with a time limit; a thread cannot be killed, so a timed-out call is
+abandoned with its thread (which lives on until the call returns, or until the process exits) and later calls
+get a fresh thread. (Not a ``ThreadPoolExecutor``: its threads are joined at interpreter exit, so one hung
+environment would keep the trainer from exiting.) Code that must run in the main thread (``signal.alarm``)
+cannot be used inside an environment with a step timeout.
 
 How the model's context is built and which tokens become training samples is the job of a
 :class:`Prompter` (one per trajectory): per-step prompts (:mod:`grove.experience.per_step_prompts`) or one
@@ -17,9 +24,13 @@ growing token-exact conversation (:mod:`grove.experience.conversation`).
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,7 +40,7 @@ from grove.envs.actions import ParsedAction
 from grove.envs.base import Environment, Observation
 from grove.rollout.engine import RolloutEngine, SamplingParams
 
-__all__ = ["EpisodeRun", "Prompter", "SampleTokens", "Trajectory", "Turn", "run_episodes"]
+__all__ = ["EnvironmentTimeout", "EpisodeRun", "Prompter", "SampleTokens", "Trajectory", "Turn", "run_episodes"]
 
 log = logging.getLogger("grove.experience")
 
@@ -171,6 +182,58 @@ class _ErrorLog:
         return f"{type(exc).__name__}: {exc}"
 
 
+class EnvironmentTimeout(TimeoutError):
+    """An environment's ``reset`` or ``step`` did not return within ``env.step_timeout_s``."""
+
+
+def _serve_env_calls(calls: queue.SimpleQueue) -> None:
+    """A worker thread's loop: run ``(future, fn, args)`` items until ``None``."""
+    while (item := calls.get()) is not None:
+        future, fn, args = item
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                future.set_exception(exc)
+
+
+class _EnvCalls:
+    """Environment calls with a time limit (``timeout_s``; None: called directly, as without a limit).
+
+    Each call runs in one reusable daemon thread; a call still running after ``timeout_s`` is abandoned with its
+    thread (told to end once the call returns) and :class:`EnvironmentTimeout` is raised; the next call starts a
+    fresh thread."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self.timeout_s = timeout_s
+        self._calls: queue.SimpleQueue | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    def __call__(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.timeout_s is None:
+            return fn(*args)
+        if self._calls is None:
+            self._calls = queue.SimpleQueue()
+            threading.Thread(target=_serve_env_calls, args=(self._calls,), name="grove-env-calls", daemon=True).start()
+            self._finalizer = weakref.finalize(self, self._calls.put, None)  # the thread ends with this object
+        future: Future = Future()
+        self._calls.put((future, fn, args))
+        try:
+            return future.result(timeout=self.timeout_s)
+        except TimeoutError:
+            if future.done():  # it finished just now, or the environment raised a TimeoutError of its own
+                return future.result()
+            self.close()  # abandon the hung thread: it ends when (if) the call returns
+            raise EnvironmentTimeout(
+                f"{what} did not return within {self.timeout_s:g} s (env.step_timeout_s); the trajectory ends here"
+            ) from None
+
+    def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()  # puts the stop marker, once
+        self._calls = self._finalizer = None
+
+
 def run_episodes(
     engine: RolloutEngine,
     make_env: Callable[[], Environment],
@@ -184,8 +247,13 @@ def run_episodes(
     max_turns: int,
     invalid_penalty: float,
     env_name: str = "environment",
+    step_timeout_s: float | None = None,
 ) -> EpisodeRun:
-    """Play ``group_size`` episodes from each ``(task_id, seed)`` in ``starts``; group ``g`` is ``starts[g]``."""
+    """Play ``group_size`` episodes from each ``(task_id, seed)`` in ``starts``; group ``g`` is ``starts[g]``.
+
+    ``step_timeout_s``: seconds an environment's ``reset`` or ``step`` may take before its trajectory ends as an
+    environment error (None: no limit, the calls are made directly)."""
+    calls = _EnvCalls(step_timeout_s)
     trajectories: list[Trajectory] = []
     envs: list[Environment | None] = []
     prompters: list[Prompter] = []
@@ -198,7 +266,7 @@ def run_episodes(
             t0 = time.perf_counter()
             try:
                 env = make_env()
-                obs = env.reset(task_id, seed)
+                obs = calls("reset", env.reset, task_id, seed)
             except Exception as exc:  # noqa: BLE001 - an environment failure ends only its own trajectory
                 env, obs = None, None
                 traj.error = _ErrorLog.report(env_name, exc, "reset")
@@ -239,7 +307,7 @@ def run_episodes(
             reward, done, info, nxt = 0.0, False, {}, obs
             if parsed.valid:
                 try:
-                    nxt, reward, done, info = envs[k].step(parsed.action)
+                    nxt, reward, done, info = calls("step", envs[k].step, parsed.action)
                     env_steps += 1
                 except Exception as exc:  # noqa: BLE001
                     traj.error = _ErrorLog.report(env_name, exc, "step")
@@ -267,6 +335,7 @@ def run_episodes(
                 still.append(k)
         env_seconds += time.perf_counter() - t0
         active = still
+    calls.close()
     for traj, prompter in zip(trajectories, prompters, strict=True):
         traj.samples = prompter.samples() if traj.turns else []
     return EpisodeRun(trajectories, gen_seconds, env_seconds, tokens, env_steps, errors)

@@ -15,6 +15,7 @@ Nothing here touches the network: the Hub is put in offline mode and every load 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -31,7 +33,20 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-__all__ = ["EMBEDDED_MODELS", "EmbeddedModel", "grove_cache_dir", "load_policy", "resolve_model_path"]
+__all__ = [
+    "EMBEDDED_MODELS",
+    "EmbeddedModel",
+    "ModelLoadError",
+    "grove_cache_dir",
+    "load_policy",
+    "resolve_model_path",
+]
+
+
+class ModelLoadError(ValueError):
+    """The model cannot be loaded: an unknown name, or a directory with a malformed ``config.json``, missing or
+    corrupt weights or a broken tokenizer. The message names the directory and the problem; the CLI prints it as
+    ``error: ...`` (exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -71,11 +86,12 @@ def grove_cache_dir(cache_dir: Path | None = None) -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "grove"
 
 
-def _unknown_model_error(name_or_path: str) -> ValueError:
+def _unknown_model_error(name_or_path: str) -> ModelLoadError:
     names = ", ".join(sorted(EMBEDDED_MODELS))
-    return ValueError(
+    return ModelLoadError(
         f"Unknown model {name_or_path!r}: it is neither an embedded model name ({names}) nor a local "
-        "transformers model directory containing config.json (grove never downloads from the Hub)."
+        "transformers model directory containing config.json (grove never downloads from the Hub). Set "
+        "model.name (or eval --model) to one of those names or to a model directory."
     )
 
 
@@ -166,14 +182,16 @@ def resolve_model_path(name_or_path: str | Path, *, cache_dir: Path | None = Non
     if path.is_dir() and (path / "config.json").is_file():
         return path.resolve()
     if path.exists():
-        raise ValueError(f"{path} exists but is not a transformers model directory (no config.json).")
+        raise ModelLoadError(f"{path} exists but is not a transformers model directory (no config.json).")
     raise _unknown_model_error(key)
 
 
 def _fix_tokenizer(tokenizer: PreTrainedTokenizerBase) -> None:
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise ValueError("The tokenizer has neither a pad token nor an eos token.")
+            raise ModelLoadError(
+                "The tokenizer has neither a pad token nor an eos token; set one in its tokenizer_config.json."
+            )
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
 
@@ -191,6 +209,59 @@ def _set_generation_config(model: PreTrainedModel, tokenizer: PreTrainedTokenize
     )
 
 
+# what transformers / safetensors / json raise for a malformed model directory
+_LOAD_ERRORS = (OSError, ValueError, TypeError, KeyError, SafetensorError)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+    return text if len(text) <= 400 else text[:400] + "…"
+
+
+def _check_config_json(path: Path) -> None:
+    """Raise :class:`ModelLoadError` unless ``path/config.json`` is a JSON object with a ``model_type``."""
+    config_path = path / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"cannot read {config_path}: {_one_line(exc)}") from None
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(
+            f"{config_path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); the model "
+            "directory is corrupt: restore config.json, or export the model again"
+        ) from None
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{config_path} must be a JSON object, got a {type(config).__name__}")
+    if "model_type" not in config:
+        raise ModelLoadError(
+            f"{config_path} has no 'model_type' key, so transformers cannot tell the architecture; restore "
+            "config.json, or export the model again"
+        )
+
+
+def _load_from_directory(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The tokenizer and model of a local model directory; what goes wrong is a :class:`ModelLoadError`."""
+    _check_config_json(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except _LOAD_ERRORS as exc:
+        raise ModelLoadError(
+            f"cannot load the tokenizer of the model directory {path}: {_one_line(exc)}; the tokenizer files "
+            "(tokenizer.json, tokenizer_config.json) are missing or corrupt"
+        ) from exc
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    except (*_LOAD_ERRORS, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "mismatch" not in str(exc):
+            raise  # not a checkpoint problem (e.g. out of memory)
+        weights = ", ".join(sorted(p.name for pattern in ("*.safetensors", "*.bin") for p in path.glob(pattern)))
+        raise ModelLoadError(
+            f"cannot load the model weights from {path} (weight files: {weights or 'none'}): {_one_line(exc)}; the "
+            "directory is incomplete or corrupt (an interrupted copy or save?): copy or export the model again"
+        ) from exc
+    return model, tokenizer
+
+
 def load_policy(
     name_or_path: str | Path,
     *,
@@ -203,20 +274,32 @@ def load_policy(
     the left. ``model.generation_config`` is set from the tokenizer's special tokens (plain sampling).
     A LoRA checkpoint's ``model/`` directory (``adapter_config.json``) loads as its base model with the adapter
     merged in (:func:`grove.models.lora.load_merged_adapter`).
+
+    Raises:
+        ModelLoadError: an unknown name, or a directory with a malformed ``config.json``, missing or corrupt
+            weights, or a broken tokenizer (the message names the directory and the problem).
     """
     _offline()
     adapter_dir = Path(str(name_or_path)).expanduser()
     if (adapter_dir / "adapter_config.json").is_file():
         from grove.models.lora import load_merged_adapter
 
-        model, base_dir = load_merged_adapter(adapter_dir)
-        model = model.to(dtype)
-        has_tokenizer = (adapter_dir / "tokenizer_config.json").is_file()
-        tokenizer = AutoTokenizer.from_pretrained(adapter_dir if has_tokenizer else base_dir, local_files_only=True)
+        try:
+            model, base_dir = load_merged_adapter(adapter_dir)
+            model = model.to(dtype)
+            has_tokenizer = (adapter_dir / "tokenizer_config.json").is_file()
+            tokenizer_dir = adapter_dir if has_tokenizer else base_dir
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+        except ModelLoadError:
+            raise
+        except _LOAD_ERRORS as exc:
+            raise ModelLoadError(
+                f"cannot load the LoRA checkpoint {adapter_dir}: {_one_line(exc)}; its adapter files or its base "
+                "model are missing or corrupt"
+            ) from exc
     else:
         path = resolve_model_path(name_or_path, cache_dir=cache_dir)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        model, tokenizer = _load_from_directory(path, dtype)
     _fix_tokenizer(tokenizer)
     _set_generation_config(model, tokenizer)
     model.eval()

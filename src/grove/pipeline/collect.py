@@ -42,7 +42,7 @@ from grove.core.shaping import soft_overlong_penalty
 from grove.core.token_ops import row_mean
 from grove.distributed.batch_exchange import gather_batch
 from grove.distributed.world import World
-from grove.rewards.scoring import RewardSpec, compute_rewards, reward_columns
+from grove.rewards.scoring import RewardFunctionError, RewardSpec, compute_rewards, reward_columns
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 from grove.tasks.task import Example, columns_for_rewards
 
@@ -105,15 +105,28 @@ class _Round:
 
 
 def _score(
-    out: RolloutOutput, examples: list[Example], s: ExperienceSettings, step: int
-) -> tuple[Tensor, list[str], list[float], list[str]]:
-    """``(rewards [M, K], objective names, their weights, prompt texts)`` of an engine output."""
+    out: RolloutOutput,
+    examples: list[Example],
+    s: ExperienceSettings,
+    step: int,
+    stats: dict[str, float] | None = None,
+) -> tuple[Tensor, list[str], list[float], list[str], Tensor]:
+    """``(rewards [M, K], objective names, their weights, prompt texts, unscorable [M])`` of an engine output.
+
+    ``unscorable``: samples a reward with ``on_error: skip`` failed on and that no other weighted reward applies
+    to; they cannot be scored. The rewards' failure counts are added to ``stats``."""
     rows = [examples[i] for i in out.prompt_index.tolist()]
     prompts = [e.prompt_text for e in rows]
     columns = columns_for_rewards(rows)
-    rewards = compute_rewards(s.rewards, prompts, out.texts, columns, step=step)
+    skipped: set[int] = set()
+    rewards = compute_rewards(s.rewards, prompts, out.texts, columns, step=step, stats=stats, skipped=skipped)
     names_, weights_ = reward_columns(s.rewards)
     names, weights = list(names_), list(weights_)
+    unscorable = torch.zeros(rewards.shape[0], dtype=torch.bool)
+    if skipped:
+        active = torch.tensor(weights_) != 0
+        unscorable[sorted(skipped)] = True
+        unscorable &= torch.isnan(rewards[:, active]).all(dim=1)
     if s.overlong_cache_tokens is not None:
         penalty = soft_overlong_penalty(
             out.response_mask.sum(1),
@@ -124,7 +137,8 @@ def _score(
         rewards = torch.cat([rewards, penalty[:, None]], dim=1)
         names.append(OVERLONG_REWARD)
         weights.append(1.0)
-    return rewards, names, weights, prompts
+        unscorable[:] = False  # the overlong column applies to every sample
+    return rewards, names, weights, prompts, unscorable
 
 
 def aggregate(batch: RolloutBatch, s: ExperienceSettings):
@@ -140,15 +154,17 @@ def _sample_round(
     generator: torch.Generator,
     step: int,
     group_offset: int,
+    stats: dict[str, float] | None = None,
 ) -> _Round:
     out = engine.generate(prompt_ids, s.completions_per_group, s.sampling, generator)
-    rewards, names, weights, prompts = _score(out, examples, s, step)
+    rewards, names, weights, prompts, unscorable = _score(out, examples, s, step, stats)
     seconds, tokens = out.seconds, out.num_generated_tokens
     baseline = None
     if s.greedy_baseline:  # per-sample aggregators only (config validation): each greedy sample is its own group
         greedy_sampling = dataclasses.replace(s.sampling, temperature=0.0, top_k=0, top_p=1.0)
         greedy = engine.generate(prompt_ids, 1, greedy_sampling, generator)
-        g_rewards, *_ = _score(greedy, examples, s, step)
+        g_rewards, *_, g_unscorable = _score(greedy, examples, s, step, stats)
+        g_rewards[g_unscorable] = torch.nan_to_num(g_rewards[g_unscorable], nan=0.0)  # skipped baseline: 0
         baseline = run_aggregator(s.aggregator, _reward_only_batch(g_rewards, names, weights), s.aggregator_params)
         baseline = baseline.scores[out.prompt_index]
         seconds, tokens = seconds + greedy.seconds, tokens + greedy.num_generated_tokens
@@ -174,6 +190,16 @@ def _sample_round(
             for k in range(num)
         ),
     )
+    if stats is not None and any(r.on_error == "skip" for r in s.rewards):
+        stats["reward_excluded_samples"] = stats.get("reward_excluded_samples", 0.0) + float(unscorable.sum())
+    if bool(unscorable.any()):  # on_error: skip left them without any weighted reward: leave them out of the step
+        if bool(unscorable.all()):
+            raise RewardFunctionError(
+                f"step {step}: every sample of the round was skipped by a failing reward (on_error: skip) and no "
+                f"other weighted reward applies to it; nothing to train on (the rewards' first failure is logged "
+                f"on 'grove.rewards'; on_error: zero trains on them with reward 0)"
+            )
+        batch = batch.select((~unscorable).nonzero().flatten())
     return _Round(batch, seconds, tokens)
 
 
@@ -214,13 +240,15 @@ def collect_experience(
     tokens = 0
     rounds = 0
     last: _Round | None = None
+    stats: dict[str, float] = {}
     while rounds < s.max_rounds and s.world.any(kept_groups < groups, "rollout: dynamic sampling"):
         examples, prompt_ids = draw(s.groups)  # every rank draws, so the sampler stays the same on all ranks
         rounds += 1
         if kept_groups >= groups:
             continue  # this rank is full; others are still drawing rounds
         last = _sample_round(
-            engine, examples[start:end], prompt_ids[start:end], s, generator, step, group_offset=(rounds - 1) * groups
+            engine, examples[start:end], prompt_ids[start:end], s, generator, step, group_offset=(rounds - 1) * groups,
+            stats=stats,
         )
         seconds += last.seconds
         tokens += last.tokens
@@ -240,7 +268,6 @@ def collect_experience(
         kept.append(last.batch.select(rest))
     batch = _first_groups(concat_batches(kept, pad_token_id=s.pad_token_id), groups)
 
-    stats: dict[str, float] = {}
     if s.max_rounds > 1:
         stats["dynamic_sampling_rounds"] = float(rounds)
         stats["dynamic_sampling_filled_groups"] = float(filled)

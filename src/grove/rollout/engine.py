@@ -7,13 +7,24 @@ completion ``j`` of prompt ``i`` is row ``i * n + j``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
-__all__ = ["FINISH_REASONS", "RolloutEngine", "RolloutOutput", "SamplingParams", "encode_prompts"]
+__all__ = [
+    "FINISH_REASONS",
+    "PromptTooLongError",
+    "RolloutEngine",
+    "RolloutOutput",
+    "SamplingParams",
+    "context_length",
+    "encode_prompts",
+    "fit_prompts",
+    "prompt_preview",
+]
 
 FINISH_REASONS = ("eos", "stop", "length")
 
@@ -131,3 +142,75 @@ def encode_prompts(
             raise ValueError(f"prompt {prompt!r} encodes to no tokens")
         out.append(list(ids))
     return out
+
+
+class PromptTooLongError(ValueError):
+    """A prompt plus the completion budget does not fit in the model's context (``rollout.prompt_overflow: error``)."""
+
+
+# transformers sets ``model_max_length`` to a huge sentinel (int(1e30)) when the tokenizer does not know it
+_SANE_MAX_LENGTH = 10_000_000
+
+
+def context_length(model: Any, tokenizer: Any) -> int | None:
+    """The most tokens (prompt + completion) the model takes: ``model.config.max_position_embeddings``, or the
+    tokenizer's ``model_max_length`` when that is smaller and sane; ``None`` when neither is known."""
+    config = getattr(model, "config", None) or getattr(getattr(model, "module", None), "config", None)
+    limits = []
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        limits.append(positions)
+    tokenizer_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tokenizer_max, int) and 0 < tokenizer_max < _SANE_MAX_LENGTH:
+        limits.append(tokenizer_max)
+    return min(limits) if limits else None
+
+
+def prompt_preview(prompt: str | list[dict[str, Any]], chars: int = 60) -> str:
+    """The first ``chars`` characters of a prompt (of its last user message for a chat), quoted, for messages."""
+    if not isinstance(prompt, str):
+        users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        prompt = str(users[-1]) if users else str(prompt)
+    return repr(prompt[:chars] + ("…" if len(prompt) > chars else ""))
+
+
+def fit_prompts(
+    prompt_ids: list[list[int]],
+    *,
+    context_length: int | None,
+    max_new_tokens: int,
+    overflow: Literal["error", "truncate_left"] = "error",
+    describe: Callable[[int], str] = lambda i: f"prompt {i}",
+    max_new_tokens_key: str = "rollout.max_new_tokens",
+) -> tuple[list[list[int]], int]:
+    """Make every prompt fit the context with room for ``max_new_tokens``: ``(prompt ids, how many were cut)``.
+
+    A prompt longer than ``context_length - max_new_tokens`` tokens raises :class:`PromptTooLongError` naming it
+    (``describe(i)``), its length, the limit and the fixes (``overflow="error"``), or keeps its last tokens
+    (``"truncate_left"``: the chat template's tail, with the generation prompt, survives). ``context_length=None``
+    (unknown) checks nothing.
+    """
+    if context_length is None:
+        return prompt_ids, 0
+    room = context_length - max_new_tokens
+    if room < 1:
+        raise PromptTooLongError(
+            f"{max_new_tokens_key} ({max_new_tokens}) leaves no room for a prompt in the model's context of "
+            f"{context_length} tokens; lower it below {context_length}"
+        )
+    out: list[list[int]] = []
+    truncated = 0
+    for i, ids in enumerate(prompt_ids):
+        if len(ids) <= room:
+            out.append(ids)
+        elif overflow == "truncate_left":
+            out.append(ids[len(ids) - room :])
+            truncated += 1
+        else:
+            raise PromptTooLongError(
+                f"{describe(i)} is {len(ids)} tokens long; with {max_new_tokens_key} {max_new_tokens} it needs "
+                f"{len(ids) + max_new_tokens} tokens, more than the model's context of {context_length}. Shorten "
+                f"the prompts or lower {max_new_tokens_key} (prompts may have at most {room} tokens now), or set "
+                f"rollout.prompt_overflow: truncate_left to keep each long prompt's last {room} tokens"
+            )
+    return out, truncated

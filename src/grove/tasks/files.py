@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from grove.tasks.task import TASKS, Example, Task, TaskSplits
+from grove.tasks.task import TASKS, Example, Task, TaskDataError, TaskSplits
 
 
 class FileTaskParams(BaseModel):
@@ -72,64 +72,127 @@ class HFDatasetTaskParams(FileTaskParams):
     )
 
 
-class MissingColumnError(ValueError):
+class MissingColumnError(TaskDataError):
     """A required column is missing from a data file (a ValueError, so the message prints unquoted)."""
 
 
-def _existing(path: str, what: str) -> Path:
+class DataFileNotFoundError(TaskDataError, FileNotFoundError):
+    """A task's data file does not exist (both a :class:`TaskDataError` and a ``FileNotFoundError``)."""
+
+
+def _existing(path: str, what: str, field: str | None = None) -> Path:
     p = Path(path).expanduser()
     if not p.exists():
-        raise FileNotFoundError(f"{what} {path!r} does not exist (resolved to {p.resolve()})")
+        fix = f"set task.{field} to an existing file" if field else "point the task's paths at existing files"
+        raise DataFileNotFoundError(f"{what} {path!r} does not exist (resolved to {p.resolve()}); {fix}")
     return p
+
+
+def read_jsonl_lines(path: str, field: str | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, row)`` of each non-blank line of a JSON-lines file (1-based line numbers).
+
+    Raises :class:`TaskDataError` naming the file and line: a missing (``field``: the parameter naming it) or
+    unreadable file, text that is not UTF-8, invalid JSON, or a line that is not a JSON object.
+    """
+    p = _existing(path, "JSONL file", field)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise TaskDataError(f"{path}: cannot read the JSONL file: {e.strerror or e}") from None
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for lineno, raw in enumerate(data.splitlines(), 1):
+        try:
+            line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise TaskDataError(
+                f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {e.start} of the line); save the file as UTF-8"
+            ) from None
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as e:
+            problem = f"{e.msg} (column {e.colno})" if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+            raise TaskDataError(
+                f"{path}:{lineno}: invalid JSON: {problem}; each line must be one JSON object, "
+                'e.g. {"prompt": "...", "answer": "..."}'
+            ) from None
+        if not isinstance(row, dict):
+            raise TaskDataError(
+                f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}; each line must be one JSON "
+                'object, e.g. {"prompt": "...", "answer": "..."}'
+            )
+        rows.append((lineno, row))
+    return rows
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file (blank lines skipped); errors name the file and line."""
-    p = _existing(path, "JSONL file")
-    rows: list[dict[str, Any]] = []
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON: {e}") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-    return rows
+    return [row for _, row in read_jsonl_lines(path)]
 
 
-def rows_to_examples(rows: Sequence[dict[str, Any]], source: str, params: FileTaskParams) -> list[Example]:
-    """Turn rows into :class:`Example` s; errors name ``source``, the row and the columns that exist."""
+def _check_messages(prompt: list, where: str, column: str) -> None:
+    if not prompt:
+        raise TaskDataError(f"{where}: column {column!r} is an empty list of chat messages")
+    for j, message in enumerate(prompt):
+        if not isinstance(message, dict):
+            raise TaskDataError(
+                f"{where}: column {column!r} must be a string or a list of chat messages "
+                f'{{"role": ..., "content": ...}}; message {j} is a {type(message).__name__}'
+            )
+        for key in ("role", "content"):
+            if key not in message:
+                raise TaskDataError(
+                    f"{where}: chat message {j} of column {column!r} has no {key!r}; each message needs "
+                    '"role" and "content"'
+                )
+        if not isinstance(message["role"], str):
+            raise TaskDataError(f"{where}: chat message {j} of column {column!r}: 'role' must be a string")
+
+
+def rows_to_examples(
+    rows: Sequence[dict[str, Any]],
+    source: str,
+    params: FileTaskParams,
+    locations: Sequence[str] | None = None,
+) -> list[Example]:
+    """Turn rows into :class:`Example` s; errors (:class:`TaskDataError`) name the row and the columns that exist.
+
+    A row is named by ``locations[i]`` when given (e.g. ``"data.jsonl:12"``), else ``"<source> row <i>"``.
+    """
     examples: list[Example] = []
     for i, row in enumerate(rows):
-        for column in (params.prompt_column, params.answer_column):
+        where = locations[i] if locations is not None else f"{source} row {i}"
+        for column, role, key in (
+            (params.prompt_column, "prompt", "prompt_column"),
+            (params.answer_column, "gold answer", "answer_column"),
+        ):
             if column not in row:
                 raise MissingColumnError(
-                    f"column {column!r} not found in {source} (row {i}); available columns: "
-                    f"{', '.join(map(str, row)) or '(none)'}"
+                    f"{where}: column {column!r} not found in this row; available columns: "
+                    f"{', '.join(map(str, row)) or '(none)'}; add it, or set the task's {key} to the column "
+                    f"holding the {role}"
                 )
         prompt = row[params.prompt_column]
         if isinstance(prompt, str):
             if params.prompt_template is not None:
                 prompt = params.prompt_template.replace("{prompt}", prompt)
-        elif isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt):
+        elif isinstance(prompt, list):
+            _check_messages(prompt, where, params.prompt_column)
             if params.prompt_template is not None:
-                raise ValueError(
-                    f"{source} row {i}: prompt_template applies to string prompts, but column "
+                raise TaskDataError(
+                    f"{where}: prompt_template applies to string prompts, but column "
                     f"{params.prompt_column!r} holds chat messages"
                 )
             prompt = [dict(m) for m in prompt]
         else:
-            raise ValueError(
-                f"{source} row {i}: column {params.prompt_column!r} must be a string or a list of chat "
+            raise TaskDataError(
+                f"{where}: column {params.prompt_column!r} must be a string or a list of chat "
                 f"messages, got {type(prompt).__name__}"
             )
         answer = row[params.answer_column]
         if answer is None:
-            raise ValueError(f"{source} row {i}: answer column {params.answer_column!r} is empty (null)")
+            raise TaskDataError(f"{where}: answer column {params.answer_column!r} is empty (null)")
         answer = str(answer)
         columns = {k: v for k, v in row.items() if k != params.prompt_column}
         columns["answer"] = answer
@@ -149,29 +212,49 @@ def hold_out(
     if fraction > 0 and n_eval == 0 and n >= 2:
         n_eval = 1
     if n_eval >= n and n > 0:
-        raise ValueError(f"{source}: holding out {n_eval} of {n} rows for eval leaves no training rows")
+        raise TaskDataError(
+            f"the train split is empty: holding out {n_eval} of the {n} rows of {source} for eval leaves no "
+            "training rows; lower eval_fraction, add rows, or give an eval_path"
+        )
     chosen = set(random.Random(seed).sample(range(n), n_eval))
     train = [ex for i, ex in enumerate(examples) if i not in chosen]
     eval_ = [ex for i, ex in enumerate(examples) if i in chosen]
     return train, eval_
 
 
-def _build(name: str, train: list[Example], eval_: list[Example] | None, params: FileTaskParams) -> Task:
+def _build(
+    name: str,
+    train: list[Example],
+    eval_: list[Example] | None,
+    params: FileTaskParams,
+    train_source: str,
+    eval_source: str | None = None,
+) -> Task:
     if not train:
-        raise ValueError(f"task {name!r}: {params.train_path!r} has no rows")
+        raise TaskDataError(f"task {name!r}: the train split is empty: {train_source} has no rows")
     if eval_ is None:
-        train, eval_ = hold_out(train, params.eval_fraction, params.seed, params.train_path)
+        try:
+            train, eval_ = hold_out(train, params.eval_fraction, params.seed, train_source)
+        except TaskDataError as e:
+            raise TaskDataError(f"task {name!r}: {e}") from None
+    elif not eval_:
+        raise TaskDataError(f"task {name!r}: the eval split is empty: {eval_source} has no rows")
     return TaskSplits(name=name, train=tuple(train), eval=tuple(eval_))
+
+
+def _jsonl_examples(path: str, params: FileTaskParams, field: str) -> list[Example]:
+    lines = read_jsonl_lines(path, field)
+    return rows_to_examples([row for _, row in lines], path, params, [f"{path}:{n}" for n, _ in lines])
 
 
 @TASKS.register("jsonl", params=JsonlTaskParams, summary="Prompts and answers from JSON-lines files")
 def jsonl(params: JsonlTaskParams) -> Task:
     """Build a task from ``train_path`` (and ``eval_path``, or a held-out fraction) JSONL files."""
-    train = rows_to_examples(read_jsonl(params.train_path), params.train_path, params)
+    train = _jsonl_examples(params.train_path, params, "train_path")
     eval_ = None
     if params.eval_path is not None:
-        eval_ = rows_to_examples(read_jsonl(params.eval_path), params.eval_path, params)
-    return _build("jsonl", train, eval_, params)
+        eval_ = _jsonl_examples(params.eval_path, params, "eval_path")
+    return _build("jsonl", train, eval_, params, repr(params.train_path), repr(params.eval_path))
 
 
 _EXTENSIONS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -189,20 +272,24 @@ def _load_local(path: str, params: HFDatasetTaskParams, split: str | None) -> li
         else:
             fmt = _EXTENSIONS.get(p.suffix.lower(), "")
             if not fmt:
-                raise ValueError(
+                    raise TaskDataError(
                     f"cannot tell the format of {path!r} from its extension; set format to json, csv or parquet"
                 )
-    if fmt == "disk":
-        loaded = datasets.load_from_disk(str(p))
-        if isinstance(loaded, datasets.DatasetDict):
-            split = split or "train"
-            if split not in loaded:
-                raise ValueError(f"split {split!r} not in {path!r}; splits: {', '.join(loaded)}")
-            loaded = loaded[split]
-    else:
-        if p.is_dir():
-            raise ValueError(f"{path!r} is a directory; format {fmt!r} expects a file")
-        loaded = datasets.load_dataset(fmt, data_files=str(p), split="train", cache_dir=params.cache_dir)
+    if fmt != "disk" and p.is_dir():
+        raise TaskDataError(f"{path!r} is a directory; format {fmt!r} expects a file")
+    try:
+        if fmt == "disk":
+            loaded = datasets.load_from_disk(str(p))
+        else:
+            loaded = datasets.load_dataset(fmt, data_files=str(p), split="train", cache_dir=params.cache_dir)
+    except (datasets.exceptions.DatasetsError, ValueError, OSError) as e:
+        reason = e.__cause__ if isinstance(e, datasets.exceptions.DatasetsError) and e.__cause__ else e
+        raise TaskDataError(f"{path!r}: cannot read it as {fmt}: {reason}") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        split = split or "train"
+        if split not in loaded:
+            raise TaskDataError(f"split {split!r} not in {path!r}; splits: {', '.join(loaded)}")
+        loaded = loaded[split]
     return loaded.to_list()
 
 
@@ -214,17 +301,13 @@ def _load_local(path: str, params: HFDatasetTaskParams, split: str | None) -> li
 def hf_dataset(params: HFDatasetTaskParams) -> Task:
     """Build a task from local files read by ``datasets`` (``load_dataset(format, data_files=...)`` or
     ``load_from_disk``). For a ``DatasetDict`` folder, ``train_split``/``eval_split`` pick the splits."""
-    train = rows_to_examples(
-        _load_local(params.train_path, params, params.train_split), f"{params.train_path!r}", params
-    )
-    eval_ = None
+    train_source = repr(params.train_path)
+    train = rows_to_examples(_load_local(params.train_path, params, params.train_split), train_source, params)
+    eval_, eval_source = None, None
     if params.eval_path is not None:
-        source = params.eval_path
-        eval_ = rows_to_examples(_load_local(source, params, params.eval_split), f"{source!r}", params)
+        eval_source = repr(params.eval_path)
+        eval_ = rows_to_examples(_load_local(params.eval_path, params, params.eval_split), eval_source, params)
     elif params.eval_split is not None:
-        eval_ = rows_to_examples(
-            _load_local(params.train_path, params, params.eval_split),
-            f"{params.train_path!r} split {params.eval_split!r}",
-            params,
-        )
-    return _build("hf_dataset", train, eval_, params)
+        eval_source = f"{train_source} split {params.eval_split!r}"
+        eval_ = rows_to_examples(_load_local(params.train_path, params, params.eval_split), eval_source, params)
+    return _build("hf_dataset", train, eval_, params, train_source, eval_source)

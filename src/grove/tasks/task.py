@@ -79,6 +79,21 @@ class TaskParamsError(ValueError):
     """A task's parameters failed validation."""
 
 
+class TaskDataError(ValueError):
+    """A task's data is unusable (a malformed or missing data file, an empty split); the message names the file
+    and line, or the task and split, and the fix. The CLI prints it as ``error: ...`` (exit code 2)."""
+
+
+def require_examples(task: Task, task_id: str, splits: Sequence[str] = ("train", "eval")) -> None:
+    """Raise :class:`TaskDataError` naming the task and the split when one of ``splits`` has no examples."""
+    for split in splits:
+        if len(getattr(task, split)) == 0:
+            raise TaskDataError(
+                f"task {task_id!r}: the {split} split has no examples; check the task's parameters (e.g. its data "
+                f"file, {split}_size, eval_fraction or filters) so that both train and eval have at least one"
+            )
+
+
 def build_task(spec: str | Any, params: Mapping[str, Any] | BaseModel | None = None) -> Task:
     """Build a registered task.
 
