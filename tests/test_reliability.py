@@ -117,9 +117,8 @@ def test_keep_last_never_deletes_the_last_good_checkpoint(straight, tmp_path):
     assert ckpt.latest_checkpoint(run) == ckpt.checkpoint_dir(run, 1)
 
 
-def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(tiny, tmp_path, monkeypatch):
-    out = tmp_path / "run"
-    trainer = Trainer(_cfg(tiny, out, 3), out)
+def _disk_full_at_step_2(monkeypatch) -> None:
+    """``torch.save`` of step 2's checkpoint fails as on a full disk."""
     real_save = torch.save
 
     def save(obj, path, *a, **kw):
@@ -128,6 +127,12 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(tiny, tmp_path,
         return real_save(obj, path, *a, **kw)
 
     monkeypatch.setattr(ckpt.torch, "save", save)
+
+
+def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(tiny, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    trainer = Trainer(_cfg(tiny, out, 3), out)
+    _disk_full_at_step_2(monkeypatch)
     with pytest.raises(ckpt.CheckpointWriteError) as info:
         trainer.run()
     message = str(info.value)
@@ -265,14 +270,7 @@ def test_grove_train_reports_a_full_disk_as_an_error(tiny, tmp_path, monkeypatch
 
     from grove.cli import app
 
-    real_save = torch.save
-
-    def save(obj, path, *a, **kw):
-        if "step-000002" in str(path):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_save(obj, path, *a, **kw)
-
-    monkeypatch.setattr(ckpt.torch, "save", save)
+    _disk_full_at_step_2(monkeypatch)
     out = tmp_path / "run"
     args = ["train", "examples/arithmetic.yaml", "--set", f"model.name={tiny}", "--set", f"output_dir={out}",
             "--set", "task={id: arithmetic, train_size: 8, eval_size: 2}", "--set", "train.steps=3",
