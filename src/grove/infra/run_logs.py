@@ -83,7 +83,8 @@ class RunLogger:
 
     def log_eval(self, step: int, report: dict[str, Any]) -> None:
         self.evals.append({"step": step, **report})
-        self._scalars(step, {k: v for k, v in report.items() if isinstance(v, int | float)}, prefix="eval/")
+        numbers = {k: v for k, v in report.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        self._scalars(step, numbers, prefix="eval/")  # not flags such as ``final``
 
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         for sample in samples:
