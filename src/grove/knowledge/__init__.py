@@ -20,16 +20,15 @@ so the attribute ``grove.knowledge.routing_questions`` is the *function*; import
 from grove.knowledge import medical_kb, tables_kb, wiki_text  # noqa: F401  (registers the knowledge bases)
 from grove.knowledge.passages import KnowledgeBase, Passage, build_knowledge_base, clear_knowledge_base_memo
 from grove.knowledge.quiz_questions import quiz_question_report, quiz_questions
-from grove.knowledge.routing_questions import (
+from grove.knowledge.routing_question_types import (
     CATEGORIES,
     DEFAULT_KB_IDS,
     KB_ROLES,
     GoldStep,
     RoutingQuestion,
     RoutingQuestionParams,
-    routing_question_report,
-    routing_questions,
 )
+from grove.knowledge.routing_questions import routing_question_report, routing_questions
 from grove.knowledge.sentence_embeddings import encode_texts
 from grove.knowledge.text_match import contains_answer, exact_match, normalize_answer, token_f1, token_recall
 
