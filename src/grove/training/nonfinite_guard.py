@@ -44,8 +44,8 @@ class NonFiniteGuard:
         self.run_dir = run_dir
         self.in_a_row = 0
 
-    def observe(self, step: int, metrics: dict[str, float]) -> None:
-        """Count ``step`` (adds ``consecutive_skipped_steps`` to its metrics)."""
+    def observe(self, metrics: dict[str, float]) -> None:
+        """Count a step by its metrics (adds ``consecutive_skipped_steps`` to them)."""
         self.in_a_row = self.in_a_row + 1 if metrics["skipped_optimizer_steps"] >= self.per_step else 0
         metrics["consecutive_skipped_steps"] = float(self.in_a_row)
 

@@ -70,6 +70,7 @@ def save_run_checkpoint(run_dir: Path, step: int, state: RunState, keep_last: in
     rank_states = world.gather_objects(
         {"generator": state.generator.get_state(), "rng": ckpt.capture_rng()}, "checkpoint: RNG states"
     )
+    failure: ckpt.CheckpointWriteError | None = None
     if world.is_main:
         trainer_state = ckpt.TrainerState(
             step=step,
@@ -81,8 +82,6 @@ def save_run_checkpoint(run_dir: Path, step: int, state: RunState, keep_last: in
             controllers={name: c.state_dict() for name, c in state.controllers.items()},
             rank_states=rank_states,
         )
-    failure: ckpt.CheckpointWriteError | None = None
-    if world.is_main:
         try:
             ckpt.save_checkpoint(run_dir, models.write_model(model_state), models.tokenizer, trainer_state, keep_last)
         except ckpt.CheckpointWriteError as exc:

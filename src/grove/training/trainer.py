@@ -284,7 +284,7 @@ class Trainer:
                 self.step += 1
                 metrics = self.train_step()
                 metrics["elapsed_seconds"] = time.perf_counter() - loop_start
-                self.nonfinite_guard.observe(self.step, metrics)
+                self.nonfinite_guard.observe(metrics)
                 self.logger.log_step(self.step, metrics)
                 progress.update(self.step, metrics)
                 self.nonfinite_guard.check(self.step)
