@@ -326,11 +326,13 @@ def test_bf16_precision_trains_and_changes_the_numerics(tiny_model, tmp_path):
     assert first16["entropy"] == pytest.approx(first32["entropy"], rel=0.05)
 
 
-def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path):
-    """rollout.bf16_weights: generation runs on a bfloat16 copy that tracks every optimizer step."""
+def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path, monkeypatch):
+    """rollout.bf16_weights: generation runs on a bfloat16 copy that tracks every optimizer step and is freed
+    while the update runs."""
     import torch
 
     from grove.config import load_config
+    from grove.training import trainer as trainer_module
     from grove.training.trainer import Trainer
 
     out = tmp_path / "run"
@@ -343,11 +345,34 @@ def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path):
     with torch.no_grad():  # move the policy away from the copy: only a refresh can bring them together
         for p in trainer.model.parameters():
             p.add_(0.05)
+    sizes_during_update = []
+    update = trainer_module.policy_update
+
+    def spy(*args, **kwargs):  # the copy is released while the update runs
+        sizes_during_update.append(sum(p.numel() for p in copy_model.parameters()))
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "policy_update", spy)
     trainer.step = 1
     metrics = trainer.train_step()
+    assert sizes_during_update == [0]
     assert metrics["logprob_mismatch_max"] > 1e-4  # sampled by the bf16 copy, trained in fp32
     for p_copy, p_policy in zip(copy_model.parameters(), trainer.model.parameters(), strict=True):
         assert torch.equal(p_copy, p_policy.detach().to(torch.bfloat16))
+    if copy_model.config.tie_word_embeddings:  # the rebuilt copy keeps the embedding and the head one tensor
+        assert copy_model.lm_head.weight is copy_model.get_input_embeddings().weight
+
+
+def test_bf16_precision_generates_from_a_bf16_copy_by_default(tiny_model, tmp_path):
+    """rollout.bf16_weights: null follows train.precision; an explicit value wins."""
+    from grove.config import load_config
+    from grove.config.derived import generates_from_bf16_copy
+
+    args = [a for a in base_overrides(tiny_model, tmp_path / "run") if a != "--set"]
+    assert not generates_from_bf16_copy(load_config("examples/arithmetic.yaml", args))
+    assert generates_from_bf16_copy(load_config("examples/arithmetic.yaml", [*args, "train.precision=bf16"]))
+    off = load_config("examples/arithmetic.yaml", [*args, "train.precision=bf16", "rollout.bf16_weights=false"])
+    assert not generates_from_bf16_copy(off)
 
 
 def test_multi_objective_run_logs_every_objective_and_plots_them(tiny_model, tmp_path, monkeypatch):

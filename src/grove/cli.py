@@ -294,7 +294,7 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
     import psutil
 
     import grove.builtin_components  # noqa: F401
-    from grove.config.derived import needs_reference_model
+    from grove.config.derived import generates_from_bf16_copy, needs_reference_model
     from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes, lora_parameter_count
     from grove.models.pretrained import resolve_model_path
     from grove.rollout.engine import encode_prompts
@@ -331,7 +331,7 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
         shared_prefix=t.forward != "padded",
         reference_model=needs_reference_model(cfg) and lora is None,  # LoRA: the base with adapters disabled
         compute_bytes=2 if t.precision == "bf16" else 4,
-        bf16_generation_copy=cfg.rollout.bf16_weights,
+        bf16_generation_copy=generates_from_bf16_copy(cfg),
         logit_cache_bytes=int(t.logit_cache_mb * 2**20),
         lora_params=lora_params,
         processes=processes,

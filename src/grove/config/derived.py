@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from grove.config.schema import GroveConfig
     from grove.config.sections import TrainConfig
 
-__all__ = ["batch_quantities", "needs_reference_model"]
+__all__ = ["batch_quantities", "generates_from_bf16_copy", "needs_reference_model"]
 
 
 def batch_quantities(t: TrainConfig) -> dict[str, int]:
@@ -32,3 +32,12 @@ def needs_reference_model(cfg: GroveConfig) -> bool:
     from grove.registry import POLICY_LOSSES
 
     return cfg.algorithm.kl.coef > 0 or "ref_logprobs" in POLICY_LOSSES.entry(cfg.algorithm.policy_loss.id).requires
+
+
+def generates_from_bf16_copy(cfg: GroveConfig) -> bool:
+    """Whether rollouts decode from a bfloat16 copy of the weights: ``rollout.bf16_weights``, or, when that is
+    null (the default), whether ``train.precision`` is bf16 (docs/benchmarks.md, issue 16: the faster decode
+    at the precision the update already computes in)."""
+    if cfg.rollout.bf16_weights is not None:
+        return cfg.rollout.bf16_weights
+    return cfg.train.precision == "bf16"

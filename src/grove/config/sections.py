@@ -80,10 +80,11 @@ class RolloutConfig(Section):
     stop: list[str] = Field(default_factory=list, description="Stop strings (kept in the completion).")
     system_prompt: str | None = Field(None, description="System prompt; null keeps the chat template's default.")
     use_chat_template: bool = Field(True, description="Wrap prompts with the tokenizer's chat template.")
-    bf16_weights: bool = Field(
-        False,
-        description="Generate from a bfloat16 copy of the policy, refreshed after every optimizer step (faster "
-        "decode, +half the weights' memory, larger rollout-vs-training log-prob mismatch).",
+    bf16_weights: bool | None = Field(
+        None,
+        description="Generate from a bfloat16 copy of the policy, refreshed after every optimizer step and freed "
+        "during the update (faster decode; larger rollout-vs-training log-prob mismatch). null (default): on when "
+        "train.precision is bf16, off in fp32.",
     )
     prompt_overflow: Literal["error", "truncate_left"] = Field(
         "error",

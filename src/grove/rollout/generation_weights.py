@@ -12,6 +12,11 @@ Under FSDP2 the training module's parameters are shards, and decoding through it
 layer at every token on every rank in lock-step; the rollout instead runs on a full replica built here
 (``dtype`` = the weights' own dtype, or bfloat16 with ``rollout.bf16_weights``), whose :meth:`refresh`
 all-gathers each sharded parameter once per optimizer step (every rank calls it together).
+
+Between phases the copy is **released** (:meth:`release`, called by the trainer once a step's rollouts are
+collected) and rebuilt by the next :meth:`refresh` (after the optimizer step): the update, the peak of a bf16
+step, then holds no generation copy (0.27 GB for the 135M default in bf16, 0.54 GB for an fp32 FSDP2 replica).
+Rebuilding costs one cast of the weights per optimizer step, the same pass the in-place copy made.
 """
 
 from __future__ import annotations
@@ -29,11 +34,25 @@ class GenerationWeights:
     into it, gathering sharded (DTensor) parameters in full."""
 
     def __init__(self, policy: nn.Module, dtype: torch.dtype = torch.bfloat16) -> None:
+        self.dtype = dtype
         self.model = copy.deepcopy(policy).to(dtype).eval().requires_grad_(False)
+        self.released = False
         self.refresh(policy)
 
     @torch.no_grad()
     def refresh(self, policy: nn.Module) -> None:
+        """Copy the current weights of ``policy`` into the copy (re-allocating them if it was released)."""
         for target, source in zip(self.model.parameters(), policy.parameters(), strict=True):
             full = source.full_tensor() if hasattr(source, "full_tensor") else source
-            target.copy_(full)  # cast to the copy's dtype in place
+            if self.released:
+                target.data = full.detach().to(dtype=self.dtype, copy=True)
+            else:
+                target.copy_(full)  # cast to the copy's dtype in place
+        self.released = False
+
+    def release(self) -> None:
+        """Free the copy's parameter storage until the next :meth:`refresh` (the module itself is kept; tied
+        parameters are one tensor and are freed once)."""
+        for param in self.model.parameters():
+            param.data = torch.empty(0, dtype=self.dtype, device=param.device)
+        self.released = True

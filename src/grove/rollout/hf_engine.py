@@ -25,24 +25,9 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
+from grove.rollout.sampling import filter_logits, sample_tokens
 
 __all__ = ["TransformersEngine", "filter_logits"]
-
-
-def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
-    """Set logits outside the top-k / nucleus (top-p) set to ``-inf``; ``top_k=0`` and ``top_p=1`` disable."""
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = sorted_logits.softmax(dim=-1)
-        # drop a token when the mass of the strictly more likely tokens already reaches top_p
-        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
-        drop_sorted[..., 0] = False
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
 
 
 _LENGTH, _EOS, _STOP = 0, 1, 2
@@ -91,28 +76,9 @@ class TransformersEngine(RolloutEngine):
         return ids, mask
 
     def _sample(self, logits: Tensor, sampling: SamplingParams, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """Draw one token per row; return ``(tokens, log-probs under the tempered, untruncated policy)``.
-
-        Sampling is by inverse CDF: one ``torch.rand(generator=...)`` draw per row, located in the cumulative
-        distribution (float64). It is exact, reproducible from the generator, never picks a zero-probability
-        token, and avoids ``torch.multinomial``'s vocabulary-sized exponential draws (slow on CPU).
-        """
-        logits = logits.float()
-        if sampling.greedy:
-            logp = torch.log_softmax(logits, dim=-1)
-            tokens = logits.argmax(dim=-1)
-        else:
-            scaled = logits / sampling.temperature if sampling.temperature != 1.0 else logits
-            logp = torch.log_softmax(scaled, dim=-1)
-            if sampling.top_k > 0 or sampling.top_p < 1.0:
-                weights = filter_logits(logp, sampling.top_k, sampling.top_p).exp()
-            else:
-                weights = logp.exp()
-            cdf = weights.double().cumsum(dim=-1)
-            u = torch.rand((cdf.shape[0], 1), generator=generator, dtype=torch.float64, device=generator.device)
-            u = u.to(cdf.device) * cdf[:, -1:]  # in [0, total mass): lands on a token with positive weight
-            tokens = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[-1] - 1)
-        return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)
+        """Draw one token per row; return ``(tokens, log-probs under the tempered, untruncated policy)``
+        (:func:`grove.rollout.sampling.sample_tokens`: two-level inverse-CDF sampling from the caller's generator)."""
+        return sample_tokens(logits, sampling.temperature, sampling.top_k, sampling.top_p, generator)
 
     def _stop_hits(self, tokens: Tensor, stop: tuple[str, ...]) -> Tensor:
         """``bool [rows]``: whether the decoded completion (``tokens [rows, L]``) now contains a stop string.

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig
-from grove.config.derived import needs_reference_model
+from grove.config.derived import generates_from_bf16_copy, needs_reference_model
 from grove.distributed.checkpoint_state import gather_full_model_state
 from grove.distributed.strategies import Strategy, shard_fully, wrap_for_training
 from grove.distributed.world import World
@@ -54,6 +54,11 @@ class PolicyModels:
     def refresh_generation_weights(self) -> None:
         if self.generation_weights is not None:
             self.generation_weights.refresh(self.causal_lm)
+
+    def release_generation_weights(self) -> None:
+        """Free the generation copy (if any) until :meth:`refresh_generation_weights`: the update runs without it."""
+        if self.generation_weights is not None:
+            self.generation_weights.release()
 
     def logprobs(self, model: nn.Module, batch: RolloutBatch, layout: str, temperature: float) -> Tensor:
         """No-grad log-probs of ``batch``'s responses under ``model`` (CPU float32, usable later in autograd).
@@ -114,8 +119,8 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
     sharded = world.distributed and cfg.distributed.strategy == "fsdp2"
     generation_weights = None
     if sharded:  # decode on a full replica, not through the shards
-        generation_weights = GenerationWeights(causal_lm, torch.bfloat16 if cfg.rollout.bf16_weights else dtype)
-    elif cfg.rollout.bf16_weights:
+        generation_weights = GenerationWeights(causal_lm, torch.bfloat16 if generates_from_bf16_copy(cfg) else dtype)
+    elif generates_from_bf16_copy(cfg):
         generation_weights = GenerationWeights(causal_lm)
     train_module, strategy = wrap_for_training(ResponseLogprobModule(causal_lm), cfg.distributed.strategy, world)
     reference = None

@@ -212,6 +212,7 @@ class Trainer:
         with autocast(cfg.train.precision, self.world.device):
             exp = self.source.collect(self.step)
         fault_points.reached("generation", self.step)
+        self.models.release_generation_weights()  # the update runs without the generation copy
         release_host_memory()  # generation's freed KV cache goes back to the OS before the update
         batch, kept_rows, selection_stats = self._select_rollouts(exp)
         batch, weighting_stats = apply_trajectory_weighting(batch, cfg.algorithm.trajectory_weighting)

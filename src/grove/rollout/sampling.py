@@ -1,0 +1,104 @@
+"""Drawing one token per row from next-token logits: exact, reproducible and cheap on a CPU.
+
+The sampler is exact (a token is drawn with exactly its probability under the tempered, optionally
+truncated policy, up to float64 rounding), reproducible (one ``torch.rand`` draw per row from the caller's
+``torch.Generator``), and never picks a token of probability zero. It is **inverse-CDF sampling in two
+levels**: the vocabulary is cut into chunks of :data:`CHUNK` tokens; the draw ``u ∈ [0, Σw)`` first finds its
+chunk in the cumulative chunk masses (``[rows, V / CHUNK]``), then its token in the cumulative weights of that
+one chunk (``[rows, CHUNK]``). A full-vocabulary float64 ``cumsum`` (one sequential pass over ``rows × V``
+values, the slowest operation of a CPU decode step after the matmuls) is never formed.
+
+On the untruncated path the sampler makes two passes over the ``[rows, V]`` logits (the max, then one ``exp``
+that writes the unnormalised weights) plus one reduction; the recorded log-prob of the drawn token is
+``z_t − max − log Σ exp(z − max)``, the same formula ``log_softmax`` evaluates, with the sum taken in float64.
+``torch.multinomial`` is not used: it draws vocabulary-sized exponentials (slow on CPU) and its stream is
+not stable across versions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["CHUNK", "filter_logits", "inverse_cdf_sample", "sample_tokens"]
+
+CHUNK = 256  # tokens per first-level chunk: 49,152 / 256 = 192 chunk masses per row for SmolLM2
+
+
+def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
+    """Set logits outside the top-k / nucleus (top-p) set to ``-inf``; ``top_k=0`` and ``top_p=1`` disable."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        # drop a token when the mass of the strictly more likely tokens already reaches top_p
+        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
+        drop_sorted[..., 0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _below(bound: Tensor) -> Tensor:
+    """The largest float64 strictly below ``bound`` (keeps a draw inside ``[0, bound)`` after rounding)."""
+    return torch.nextafter(bound, torch.zeros_like(bound))
+
+
+def inverse_cdf_sample(weights: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Draw one index per row with probability ``weights[r, i] / Σ_i weights[r, i]``.
+
+    ``weights`` ``[rows, V]``: non-negative, unnormalised (float32 or float64), each row with positive mass.
+    Returns ``(indices [rows] long, row masses Σ_i weights[r, i] [rows] float64)``. A zero-weight index is
+    never drawn: both searches look for the first cumulative value *strictly above* a target that is kept
+    strictly below the searched row's total.
+    """
+    rows, vocab = weights.shape
+    chunks = -(-vocab // CHUNK)
+    if chunks * CHUNK != vocab:  # pad the last chunk with zero weights (never drawn)
+        weights = F.pad(weights, (0, chunks * CHUNK - vocab))
+    blocks = weights.view(rows, chunks, CHUNK)
+    chunk_mass = blocks.sum(-1, dtype=torch.float64)  # [rows, chunks]
+    chunk_cdf = chunk_mass.cumsum(-1)
+    total = chunk_cdf[:, -1:]
+    u = torch.rand((rows, 1), generator=generator, dtype=torch.float64, device=generator.device)
+    u = torch.minimum(u.to(weights.device) * total, _below(total))
+    chunk = torch.searchsorted(chunk_cdf, u, right=True).clamp_(max=chunks - 1)  # [rows, 1]
+    inside = blocks.gather(1, chunk[:, :, None].expand(rows, 1, CHUNK)).squeeze(1).double().cumsum(-1)
+    before = (chunk_cdf.gather(1, chunk) - chunk_mass.gather(1, chunk)).clamp_(min=0.0)
+    target = torch.minimum((u - before).clamp_(min=0.0), _below(inside[:, -1:]))
+    offset = torch.searchsorted(inside, target, right=True).clamp_(max=CHUNK - 1)
+    return (chunk * CHUNK + offset).squeeze(1), total.squeeze(1)
+
+
+def sample_tokens(
+    logits: Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor]:
+    """One token per row of ``logits [rows, V]``, and its log-prob under the tempered, *untruncated* policy.
+
+    ``temperature == 0`` is greedy (argmax; the log-prob is then ``log_softmax(logits)[token]``). Otherwise
+    tokens are drawn from ``softmax(logits / T)`` restricted to the top-k / top-p set, and the log-prob
+    recorded is ``log_softmax(logits / T)[token]`` before truncation: the distribution the trainer
+    recomputes (see :mod:`grove.rollout.hf_engine`).
+    """
+    logits = logits.float()
+    if temperature == 0:
+        tokens = logits.argmax(dim=-1)
+        picked = logits.gather(-1, tokens[:, None]).squeeze(1)
+        return tokens, picked - torch.logsumexp(logits, dim=-1)
+    scaled = logits / temperature if temperature != 1.0 else logits
+    if top_k > 0 or top_p < 1.0:
+        logp = torch.log_softmax(scaled, dim=-1)
+        tokens, _ = inverse_cdf_sample(filter_logits(logp, top_k, top_p).exp(), generator)
+        return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)
+    peak = scaled.amax(dim=-1, keepdim=True)
+    weights = torch.sub(scaled, peak).exp_()  # unnormalised probabilities, the largest exactly 1
+    tokens, mass = inverse_cdf_sample(weights, generator)
+    picked = scaled.gather(-1, tokens[:, None]).squeeze(1) - peak.squeeze(1)
+    return tokens, picked - mass.log().float()
