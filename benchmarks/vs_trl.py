@@ -1,16 +1,22 @@
-"""grove vs TRL's GRPOTrainer on the same GRPO work, in separate processes, alternating A/B/A/B.
+"""grove vs TRL's GRPOTrainer on the same GRPO work at the same precision, in separate processes, alternated.
 
-The work (issue 4): SmolLM2-135M-Instruct (the embedded model, fp32), 8 prompts × 8 completions per
-optimizer step, prompts ≈ 45 tokens (chat template + "What is a + b? Answer with just the number."),
-at most 64 new tokens, temperature 1.0, β = 0, one optimisation epoch, one optimizer step per
-rollout, lr 1e-6, no gradient checkpointing, no vLLM, CPU. TRL is a benchmark-only extra:
-``pip install -e '.[bench]'``.
+The work (issues 4 and 16): SmolLM2-135M-Instruct (the embedded model, fp32 weights), 8 prompts × 8
+completions per optimizer step, prompts ≈ 45 tokens (chat template + "What is a + b? Answer with just the
+number."), at most 64 new tokens, temperature 1.0, β = 0, one optimisation epoch, one optimizer step per
+rollout, lr 1e-6, no gradient checkpointing, no vLLM, CPU. Four workers: TRL with ``bf16=False`` (``trl``)
+and ``bf16=True`` (``trl-bf16``, accelerate's bf16 autocast), grove with ``train.precision: fp32``
+(``grove``) and ``bf16`` (``grove-bf16``, its defaults: bf16 autocast for the update, generation from the
+bf16 weight copy). Each grove precision is compared with **TRL at the same precision**. TRL is a
+benchmark-only extra: ``pip install -e '.[bench]'``.
 
     pip install -e '.[bench]'
     python benchmarks/vs_trl.py --rounds 2 --steps 3
 
-Each worker prints one JSON line; the parent prints per-step medians (the first step of each
-process is reported separately as warm-up), phases, generated tokens/s, peak RSS and ratios.
+Each worker prints one JSON line; the parent prints per-step medians (the first step of each process is
+reported separately as warm-up), phases, generated tokens/s, peak RSS and the same-precision ratios.
+``--device cuda --model DIR`` runs the same comparison on a GPU with a local model directory (peak GPU
+memory is then reported too); ``--set KEY=VALUE`` passes overrides to the grove workers (e.g.
+``--set rollout.bf16_weights=false`` for bf16 generation under autocast from the fp32 weights).
 """
 
 from __future__ import annotations
@@ -29,12 +35,18 @@ PROMPTS_PER_STEP = 8
 GROUP = 8
 MAX_NEW = 64
 LR = 1e-6
-# grove-bf16-bf16weights: train.precision bf16 + rollout.bf16_weights (generation from a bf16 weight copy)
-IMPLS = ["trl", "grove", "grove-bf16", "grove-bf16-bf16weights"]
+IMPLS = ["trl", "grove", "trl-bf16", "grove-bf16"]
+PEERS = {"grove": "trl", "grove-bf16": "trl-bf16"}  # each grove precision against TRL at the same precision
 
 
 def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
+
+
+def peak_gpu_gb() -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
 
 
 def arithmetic_examples(n: int):
@@ -49,7 +61,7 @@ def arithmetic_examples(n: int):
 
 
 def worker_grove(
-    steps: int, threads: int, precision: str = "fp32", bf16_weights: bool = False, extra: tuple[str, ...] = ()
+    steps: int, threads: int, precision: str, device: str, model: str | None, extra: tuple[str, ...] = ()
 ) -> dict:
     from grove.config import load_config
     from grove.training.trainer import Trainer
@@ -61,7 +73,7 @@ def worker_grove(
         f"train.steps={steps}", f"rollout.max_new_tokens={MAX_NEW}", "rollout.temperature=1.0", f"optim.lr={LR}",
         "optim.warmup_steps=0", "algorithm={preset: grpo}", "algorithm.kl.coef=0.0", "algorithm.aggregation=token_mean",
         "logging.tensorboard=false", "logging.progress=false", f"train.precision={precision}",
-        f"rollout.bf16_weights={str(bf16_weights).lower()}", *extra,
+        f"distributed.device={device}", *([f"model.name={model}"] if model else []), *extra,
     ]
     trainer = Trainer(load_config("examples/arithmetic.yaml", overrides), __import__("pathlib").Path(out) / "run")
     rows = []
@@ -73,11 +85,11 @@ def worker_grove(
             "step": time.perf_counter() - start, "generation": m["rollout_seconds"], "train": m["train_seconds"],
             "generated_tokens": m["generated_tokens"],
         })
-    name = ("grove" if precision == "fp32" else f"grove-{precision}") + ("-bf16weights" if bf16_weights else "")
-    return {"impl": name, "steps": rows, "peak_rss_gb": peak_rss_gb()}
+    name = "grove" if precision == "fp32" else f"grove-{precision}"
+    return {"impl": name, "steps": rows, "peak_rss_gb": peak_rss_gb(), "peak_gpu_gb": peak_gpu_gb()}
 
 
-def worker_trl(steps: int, threads: int) -> dict:
+def worker_trl(steps: int, threads: int, precision: str, device: str, model: str | None) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
@@ -87,7 +99,7 @@ def worker_trl(steps: int, threads: int) -> dict:
     from grove.rewards.scoring import resolve_reward
 
     torch.set_num_threads(threads)
-    path = str(resolve_model_path("smollm2-135m"))
+    path = model or str(resolve_model_path("smollm2-135m"))
     examples = arithmetic_examples(PROMPTS_PER_STEP * steps)
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": e.prompt}], "answer": e.answer} for e in examples])
     match = resolve_reward("answer_match", {"extract": "last_number"}).fn
@@ -99,9 +111,9 @@ def worker_trl(steps: int, threads: int) -> dict:
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="vs_trl_trl_"), per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,
         num_generations=GROUP, max_completion_length=MAX_NEW, temperature=1.0, top_p=1.0, top_k=0, beta=0.0,
-        num_iterations=1, learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, bf16=False,
+        num_iterations=1, learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, bf16=precision == "bf16",
         gradient_checkpointing=False, use_vllm=False, max_steps=steps, logging_steps=1, report_to=[],
-        save_strategy="no", gradient_accumulation_steps=1, use_cpu=True, shuffle_dataset=False, seed=0,
+        save_strategy="no", gradient_accumulation_steps=1, use_cpu=device == "cpu", shuffle_dataset=False, seed=0,
         loss_type="dapo",
     )
     trainer = GRPOTrainer(model=path, reward_funcs=[reward], args=args, train_dataset=data,
@@ -136,7 +148,8 @@ def worker_trl(steps: int, threads: int) -> dict:
     trainer.train()
     for r in rows:
         r["train"] = r["step"] - r["generation"]
-    return {"impl": "trl", "steps": rows, "peak_rss_gb": peak_rss_gb()}
+    name = "trl" if precision == "fp32" else f"trl-{precision}"
+    return {"impl": name, "steps": rows, "peak_rss_gb": peak_rss_gb(), "peak_gpu_gb": peak_gpu_gb()}
 
 
 def summarise(results: list[dict]) -> None:
@@ -149,21 +162,27 @@ def summarise(results: list[dict]) -> None:
         first = [r["steps"][0]["step"] for r in runs]
         med = {k: statistics.median(s[k] for s in steady) for k in ("step", "generation", "train")}
         tok = statistics.median(s["generated_tokens"] / s["generation"] for s in steady if s.get("generated_tokens"))
+        gpu = [r["peak_gpu_gb"] for r in runs if r.get("peak_gpu_gb") is not None]
         table[impl] = dict(
             median=med, lo=min(s["step"] for s in steady), hi=max(s["step"] for s in steady), first=first,
-            tok_s=tok, rss=max(r["peak_rss_gb"] for r in runs), n=len(steady),
+            tok_s=tok, rss=max(r["peak_rss_gb"] for r in runs), gpu=max(gpu) if gpu else None, n=len(steady),
         )
-    print("\n| | s/step median (range) | generation s | fwd+bwd+optim s | gen tokens/s | peak RSS GB | first step s |")
-    print("|---|---|---|---|---|---|---|")
+    gpu_col = any(t["gpu"] is not None for t in table.values())
+    print("\n| | s/step median (range) | generation s | fwd+bwd+optim s | gen tokens/s | peak RSS GB |"
+          + (" peak GPU GB |" if gpu_col else "") + " first step s |")
+    print("|---|---|---|---|---|---|" + ("---|" if gpu_col else "") + "---|")
     for impl, t in table.items():
         m = t["median"]
+        gpu = f" {t['gpu']:.2f} |" if gpu_col else ""
         print(f"| {impl} (n={t['n']}) | {m['step']:.1f} ({t['lo']:.1f}–{t['hi']:.1f}) | {m['generation']:.1f} | "
-              f"{m['train']:.1f} | {t['tok_s']:.0f} | {t['rss']:.2f} | {', '.join(f'{x:.1f}' for x in t['first'])} |")
-    for impl in table:
-        if impl != "trl" and "trl" in table:
-            speed = table["trl"]["median"]["step"] / table[impl]["median"]["step"]
-            mem = table[impl]["rss"] / table["trl"]["rss"]
-            print(f"{impl}: {speed:.2f}× TRL's steps per second, {mem:.2f}× its peak RSS")
+              f"{m['train']:.1f} | {t['tok_s']:.0f} | {t['rss']:.2f} |{gpu} {', '.join(f'{x:.1f}' for x in t['first'])} |")
+    for impl, peer in PEERS.items():
+        if impl in table and peer in table:
+            speed = table[peer]["median"]["step"] / table[impl]["median"]["step"]
+            mem = table[impl]["rss"] / table[peer]["rss"]
+            gpu = (f", {table[impl]['gpu'] / table[peer]['gpu']:.2f}× its peak GPU memory"
+                   if table[impl]["gpu"] and table[peer]["gpu"] else "")
+            print(f"{impl} vs {peer} (same precision): {speed:.2f}× the steps per second, {mem:.2f}× the peak RSS{gpu}")
 
 
 def main() -> None:
@@ -172,23 +191,25 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per process (the first is warm-up)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--impls", nargs="+", default=IMPLS, choices=IMPLS)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--model", default=None, help="a local model directory (default: the embedded SmolLM2)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="extra config override for the grove workers, e.g. --set host_allocator=system")
     parser.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        if args.worker == "trl":
-            result = worker_trl(args.steps, args.threads)
+        precision = "bf16" if args.worker.endswith("-bf16") else "fp32"
+        if args.worker.startswith("trl"):
+            result = worker_trl(args.steps, args.threads, precision, args.device, args.model)
         else:
-            precision = "bf16" if args.worker.startswith("grove-bf16") else "fp32"
-            result = worker_grove(args.steps, args.threads, precision, args.worker.endswith("-bf16weights"),
-                                  tuple(args.overrides))
+            result = worker_grove(args.steps, args.threads, precision, args.device, args.model, tuple(args.overrides))
         print("RESULT " + json.dumps(result), flush=True)
         return
     results = []
     for r in range(args.rounds):
         for impl in args.impls:
-            cmd = [sys.executable, __file__, "--worker", impl, "--steps", str(args.steps), "--threads", str(args.threads)]
+            cmd = [sys.executable, __file__, "--worker", impl, "--steps", str(args.steps), "--threads", str(args.threads),
+                   "--device", args.device, *(["--model", args.model] if args.model else [])]
             cmd += [f"--set={override}" for override in args.overrides]
             proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)

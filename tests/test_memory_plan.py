@@ -33,6 +33,9 @@ def test_breakdown_by_hand():
     padded = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "shared_prefix": False}))
     assert padded["activations (one micro-batch)"] == 4 * 8 * 2 * per_token_layer * 4
     assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
+    # activation checkpointing: one hidden vector per layer and token, plus one layer's intermediates
+    recomputed = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "activation_checkpointing": True}))
+    assert recomputed["activations (one micro-batch)"] == 17 * (2 * 4 + per_token_layer) * 4
 
 
 def test_per_rank_estimate_under_ddp_and_fsdp2_by_hand():

@@ -234,3 +234,32 @@ def test_encode_prompts(policy) -> None:
     assert tok.decode(ids) == "2+2="
     with pytest.raises(ValueError):
         encode_prompts(tok, [conv], system_prompt=None, use_chat_template=False)
+
+
+def test_identical_prompts_are_prefilled_once_and_sample_like_a_fan_out(policy, prompt_ids) -> None:
+    """Repeated prompts (G environments at turn 0) share one prefill row; the rows they continue are the same
+    as asking for n samples of one prompt, draw for draw."""
+    engine = _engine(policy, _many_eos(policy))
+    prefill_rows = []
+    forward = engine.model.forward
+
+    def spy(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:
+            prefill_rows.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    engine.model.forward = spy
+    try:
+        a, b = prompt_ids[0], prompt_ids[2]
+        repeated = _gen(engine, [a, b, a, a], 1, seed=3, temperature=1.0, max_new_tokens=10)
+        distinct = _gen(engine, [a, b], 1, seed=3, temperature=1.0, max_new_tokens=10)
+        fan_out = _gen(engine, [a], 3, seed=5, temperature=1.0, max_new_tokens=10)
+        as_copies = _gen(engine, [a, a, a], 1, seed=5, temperature=1.0, max_new_tokens=10)
+    finally:
+        del engine.model.forward
+    assert prefill_rows == [2, 2, 1, 1]
+    assert torch.equal(as_copies.response_ids, fan_out.response_ids)
+    assert torch.equal(as_copies.logprobs, fan_out.logprobs)
+    assert repeated.prompt_index.tolist() == [0, 1, 2, 3] and distinct.prompt_index.tolist() == [0, 1]
+    width = repeated.prompt_ids.shape[1]
+    assert repeated.prompt_ids[2, width - len(a) :].tolist() == a

@@ -332,6 +332,7 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
         reference_model=needs_reference_model(cfg) and lora is None,  # LoRA: the base with adapters disabled
         compute_bytes=2 if t.precision == "bf16" else 4,
         bf16_generation_copy=generates_from_bf16_copy(cfg),
+        activation_checkpointing=t.activation_checkpointing,
         logit_cache_bytes=int(t.logit_cache_mb * 2**20),
         lora_params=lora_params,
         processes=processes,

@@ -160,6 +160,13 @@ class TrainConfig(Section):
         "vocabulary) from forward to backward when it fits in this many MiB; above it, backward recomputes the output "
         "projection chunk by chunk (one extra matmul, memory independent of length). 0: always recompute.",
     )
+    activation_checkpointing: bool = Field(
+        False,
+        description="Keep only each decoder layer's input from forward to backward and recompute the layer in "
+        "backward (transformers' gradient checkpointing, non-reentrant): activation memory of a micro-batch drops "
+        "from every layer's intermediates to one hidden vector per layer and token, for about one extra forward "
+        "(~+30% update time). For long sequences; off by default.",
+    )
     old_logprobs: Literal["auto", "recompute"] = Field(
         "auto",
         description="'auto': on-policy updates use the current forward (ratio exactly 1), off-policy ones the rollout's "

@@ -131,6 +131,7 @@ class RunShape:
     logits_chunk: int = DEFAULT_CHUNK_SIZE
     logit_cache_bytes: int = DEFAULT_CACHE_BYTES  # train.logit_cache_mb
     lora_params: int | None = None  # adapter parameters with model.lora (lora_parameter_count); None: full fine-tuning
+    activation_checkpointing: bool = False  # train.activation_checkpointing: one hidden vector per layer and token
     processes: int = 1  # ranks of a torchrun launch; the estimate is per rank
     strategy: str = "ddp"  # distributed.strategy when processes > 1: "ddp" | "fsdp2"
 
@@ -158,7 +159,10 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         # with LoRA the reference policy is the same weights with the adapters disabled: no copy
         "reference model": 4.0 * m.num_params * share if r.reference_model and not lora else 0.0,
         "bf16 generation copy": 2.0 * m.num_params if r.bf16_generation_copy and not sharded else 0.0,
-        "activations (one micro-batch)": float(tokens * m.layers * per_token_layer * r.compute_bytes),
+        "activations (one micro-batch)": float(
+            tokens * (m.layers * m.hidden + per_token_layer if r.activation_checkpointing else m.layers * per_token_layer)
+            * r.compute_bytes
+        ),
         "generation KV cache": float(2 * m.layers * m.kv_dim * rows * (r.prompt_tokens + r.max_new_tokens) * r.compute_bytes),
     }
     cache = cache_bytes_needed(r.micro_batch_size * r.max_new_tokens, m.vocab)

@@ -333,6 +333,7 @@ def policy_update(
                 scheduler.step()
             losses.append(total)
             grad_norms.append(grad_norm)
+    optimizer.zero_grad(set_to_none=True)  # no gradients held through the next generation phase
     if world.distributed:  # the run's numbers, not this rank's: sums over ranks, the largest mismatch
         token_stats = token_stats.summed_over(world)
         losses = world.sum_floats(losses, "update: metrics")

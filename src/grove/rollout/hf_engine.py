@@ -1,6 +1,6 @@
 """A batched sampling loop on a plain transformers causal LM with a :class:`DynamicCache` (no ``generate``).
 
-The ``B`` unique prompts are prefilled once (left-padded, ``position_ids = cumsum(mask) - 1``, the same
+The ``B`` prompts are prefilled once each, identical ones once together (left-padded, ``position_ids = cumsum(mask) - 1``, the same
 positions :func:`grove.models.forward.policy_forward` uses), the cache is fanned out to ``n`` samples per
 prompt, and tokens are decoded step by step with one forward for all still-running rows. Finished rows are
 dropped from the cache and the batch, so they cost no further work. Randomness comes only from the
@@ -130,18 +130,26 @@ class TransformersEngine(RolloutEngine):
         total = prompt_ids.shape[0] * n
         eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
 
-        # prefill the unique prompts once, then fan the cache out to n samples per prompt
+        # prefill each distinct prompt once (identical prompts, e.g. the G copies of an environment at turn 0,
+        # share one row), then fan the cache out to n samples per prompt
         ids, attn = prompt_ids.to(device), prompt_mask.to(device)
+        distinct, row_of = torch.unique(torch.cat([ids, attn], dim=1), dim=0, return_inverse=True)
+        if len(distinct) < len(ids):
+            ids, attn = distinct[:, : ids.shape[1]], distinct[:, ids.shape[1] :]
+            fan_out = row_of.repeat_interleave(n)  # the distinct prompt each of the B * n rows continues
+        else:
+            fan_out = torch.arange(len(ids), device=device).repeat_interleave(n)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
         out = self.model(
             input_ids=ids, attention_mask=attn, position_ids=positions,
             past_key_values=cache, use_cache=True, logits_to_keep=1,
         )
-        logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
-        cache.batch_repeat_interleave(n)
-        attn = attn.repeat_interleave(n, dim=0)
-        next_pos = positions[:, -1].repeat_interleave(n, dim=0) + 1
+        logits = out.logits[:, -1, :][fan_out]
+        if n > 1 or len(distinct) < len(prompt_ids):
+            cache.batch_select_indices(fan_out)
+        attn = attn[fan_out]
+        next_pos = positions[:, -1][fan_out] + 1
 
         active = torch.arange(total, device=device)  # global row of each running row
         # preallocated outputs, written by row index each step (no per-row Python work)

@@ -115,6 +115,11 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
         causal_lm = apply_lora(causal_lm, cfg.model.lora, base_name=cfg.model.name)
     if resume_from is not None:
         _load_checkpoint_weights(causal_lm, resume_from, lora)
+    if cfg.train.activation_checkpointing:  # recompute each layer in backward (generation runs in eval: no effect)
+        if hasattr(causal_lm, "activation_checkpointing_enable"):  # transformers >= 5.2x
+            causal_lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            causal_lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     causal_lm.to(world.device)
     sharded = world.distributed and cfg.distributed.strategy == "fsdp2"
     generation_weights = None

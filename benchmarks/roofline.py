@@ -1,0 +1,110 @@
+"""This machine's floor for one GRPO step, per phase, from measured matmul throughput and memory bandwidth.
+
+    python benchmarks/roofline.py --prompt-tokens 368 --response-tokens 2609 --decode-steps 64 \\
+        --measured fp32:12.3:16.8 --measured bf16:9.2:9.8
+
+Measured here, alone, with the benchmark's thread count: the best matmul throughput (GFLOP/s) in fp32 and in
+bf16 over the model's own training shapes (``[tokens, hidden] @ [hidden, intermediate]`` and its transposes
+at a micro-batch's ≈ 400 tokens) and over the decode shapes (the same products at ``--decode-rows`` rows),
+and the read bandwidth of a 1 GB sum. The floors (docs/benchmarks.md, issue 16):
+
+* **update** = FLOPs ÷ the training-shape matmul throughput, with FLOPs = ``6 · (N_body · T_train + N_head ·
+  T_response)``: forward (2) + backward (4) per parameter and token; ``N_body`` the decoder's parameters
+  (embedding lookups cost no matmul), ``N_head`` the output projection, computed for response tokens only;
+  ``T_train`` = unique prompt tokens (packed: each prompt once per group) + response tokens;
+* **generation** = Σ over decode steps of max(weight bytes ÷ bandwidth, FLOPs ÷ decode-shape throughput),
+  bounded below by ``max(steps · W / BW, 2 · N · tokens / throughput)`` (what is printed: the sum of the
+  max is at least the max of the sums, so the printed floor is a lower bound) plus the prefill's
+  ``2 · N_body · prompt tokens``.
+
+``--measured PRECISION:GEN_S:UPDATE_S`` adds the measured phase times (e.g. from ``benchmarks/vs_trl.py``)
+and prints each phase's efficiency (floor ÷ measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from grove.models.pretrained import resolve_model_path
+
+
+def best_seconds(fn, repeats: int = 5) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def matmul_gflops(shapes: list[tuple[int, int, int]], dtype: torch.dtype) -> float:
+    """Aggregate GFLOP/s over ``[m, k] @ [k, n]`` products (the same set a forward + backward runs)."""
+    pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)) for m, k, n in shapes]
+    flops = sum(2 * m * k * n for m, k, n in shapes)
+    return flops / best_seconds(lambda: [a @ b for a, b in pairs]) / 1e9
+
+
+def read_gbps() -> float:
+    buf = torch.ones(2**28, dtype=torch.float32)  # 1 GiB
+    return buf.numel() * 4 / best_seconds(buf.sum) / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompt-tokens", type=int, default=368, help="unique prompt tokens per step")
+    parser.add_argument("--response-tokens", type=int, default=2609, help="generated (= trained) tokens per step")
+    parser.add_argument("--decode-steps", type=int, default=64, help="decode steps of the longest completion")
+    parser.add_argument("--decode-rows", type=int, default=64, help="rows of a full decode step")
+    parser.add_argument("--train-rows", type=int, default=400, help="tokens of one packed micro-batch")
+    parser.add_argument("--measured", action="append", default=[], metavar="PRECISION:GEN_S:UPDATE_S")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = json.loads((resolve_model_path("smollm2-135m") / "config.json").read_text())
+    h, i, v, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    kv = cfg["num_key_value_heads"] * h // cfg["num_attention_heads"]
+    layer_shapes = [(h, h), (h, kv), (h, kv), (h, h), (h, i), (h, i), (i, h)]  # q k v o gate up down
+    n_body = layers * sum(a * b for a, b in layer_shapes)
+    n_head = v * h
+    t = args.train_rows
+    train_shapes = [(t, a, b) for a, b in layer_shapes] + [(t, b, a) for a, b in layer_shapes] + [
+        (a, t, b) for a, b in layer_shapes]  # forward, input gradient, weight gradient
+    decode_shapes = [(args.decode_rows, a, b) for a, b in layer_shapes] + [(args.decode_rows, h, v)]
+    bandwidth = read_gbps()
+    rows = []
+    for name, dtype, size in (("fp32", torch.float32, 4), ("bf16", torch.bfloat16, 2)):
+        train_peak = matmul_gflops(train_shapes, dtype)
+        decode_peak = matmul_gflops(decode_shapes, dtype)
+        update_flops = 6 * (n_body * (args.prompt_tokens + args.response_tokens) + n_head * args.response_tokens)
+        update_floor = update_flops / (train_peak * 1e9)
+        weight_bytes = size * (n_body + n_head)
+        streaming = args.decode_steps * weight_bytes / (bandwidth * 1e9)
+        compute = 2 * (n_body + n_head) * args.response_tokens / (decode_peak * 1e9)
+        prefill = 2 * n_body * args.prompt_tokens / (train_peak * 1e9)
+        gen_floor = max(streaming, compute) + prefill
+        rows.append((name, train_peak, decode_peak, update_flops, update_floor, streaming, compute, gen_floor))
+    print(f"read bandwidth {bandwidth:.1f} GB/s; N_body {n_body / 1e6:.1f}M, N_head {n_head / 1e6:.1f}M; "
+          f"{args.threads} threads")
+    print("\n| precision | matmul GFLOP/s (training shapes) | (decode shapes) | update FLOPs | update floor s | "
+          "decode: weight streaming s | decode: compute s | generation floor s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, tp, dp, uf, ufl, st, co, gf in rows:
+        print(f"| {name} | {tp:.0f} | {dp:.0f} | {uf / 1e12:.2f} T | {ufl:.2f} | {st:.2f} | {co:.2f} | {gf:.2f} |")
+    floors = {r[0]: (r[7], r[4]) for r in rows}
+    if args.measured:
+        print("\n| precision | phase | floor s | measured s | of floor |")
+        print("|---|---|---|---|---|")
+        for item in args.measured:
+            name, gen, upd = item.split(":")
+            for phase, floor, measured in (("generation", floors[name][0], float(gen)),
+                                           ("update", floors[name][1], float(upd))):
+                print(f"| {name} | {phase} | {floor:.2f} | {measured:.2f} | {floor / measured:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
