@@ -36,6 +36,8 @@ def test_breakdown_by_hand():
     # activation checkpointing: one hidden vector per layer and token, plus one layer's intermediates
     recomputed = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "activation_checkpointing": True}))
     assert recomputed["activations (one micro-batch)"] == 17 * (2 * 4 + per_token_layer) * 4
+    halved = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "bf16_moments": True}))
+    assert halved["AdamW moments (bf16)"] == 4000 and "AdamW moments (fp32)" not in halved
 
 
 def test_per_rank_estimate_under_ddp_and_fsdp2_by_hand():

@@ -127,9 +127,10 @@ D3S_SCHEDULES = {
 
 @pytest.mark.parametrize(
     "extra",
-    [{"train.prompts_per_step": 4}, {"train.prompts_per_step": 3}, STATEFUL, D3S_SCHEDULES],
+    [{"train.prompts_per_step": 4}, {"train.prompts_per_step": 3}, STATEFUL, D3S_SCHEDULES,
+     {"optim.state_dtype": "bf16"}],
     ids=["resume-at-epoch-boundary", "resume-mid-epoch", "resume-with-controllers-and-dynamic-sampling",
-         "resume-with-d3s-schedules"],
+         "resume-with-d3s-schedules", "resume-with-bf16-adamw-moments"],
 )
 def test_resume_reproduces_uninterrupted_run(tiny_model, tmp_path, monkeypatch, extra):
     from grove.training.trainer import Trainer

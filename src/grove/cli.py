@@ -333,6 +333,7 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
         compute_bytes=2 if t.precision == "bf16" else 4,
         bf16_generation_copy=generates_from_bf16_copy(cfg),
         activation_checkpointing=t.activation_checkpointing,
+        bf16_moments=cfg.optim.state_dtype == "bf16",
         logit_cache_bytes=int(t.logit_cache_mb * 2**20),
         lora_params=lora_params,
         processes=processes,

@@ -28,6 +28,7 @@ def validate_config(cfg: GroveConfig) -> None:
     _check_reward_aggregation(cfg)
     _check_stages(cfg)
     _check_experience_source(cfg)
+    _check_optimizer_state(cfg)
 
 
 def _import_user_modules(modules: list[str]) -> None:
@@ -205,4 +206,13 @@ def _check_experience_source(cfg: GroveConfig) -> None:
         raise ValueError(
             "algorithm.kl.placement: reward changes sample scores, which step estimators do not read; use "
             "kl.placement: loss with environment steps"
+        )
+
+
+def _check_optimizer_state(cfg: GroveConfig) -> None:
+    if cfg.optim.state_dtype == "bf16" and cfg.distributed.strategy == "fsdp2":
+        raise ValueError(
+            "optim.state_dtype: bf16 stores whole-parameter bfloat16 moments and does not support "
+            "distributed.strategy: fsdp2 (sharded parameters); use optim.state_dtype: fp32 with fsdp2, "
+            "or distributed.strategy: ddp"
         )

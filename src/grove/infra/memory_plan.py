@@ -132,6 +132,7 @@ class RunShape:
     logit_cache_bytes: int = DEFAULT_CACHE_BYTES  # train.logit_cache_mb
     lora_params: int | None = None  # adapter parameters with model.lora (lora_parameter_count); None: full fine-tuning
     activation_checkpointing: bool = False  # train.activation_checkpointing: one hidden vector per layer and token
+    bf16_moments: bool = False  # optim.state_dtype: bf16 (2 + 2 bytes of AdamW state per trained parameter)
     processes: int = 1  # ranks of a torchrun launch; the estimate is per rank
     strategy: str = "ddp"  # distributed.strategy when processes > 1: "ddp" | "fsdp2"
 
@@ -155,7 +156,7 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         parts["LoRA adapters (fp32)"] = 4.0 * trained * share
     parts |= {
         "gradients (fp32)": 4.0 * trained * share,
-        "AdamW moments (fp32)": 8.0 * trained * share,
+        f"AdamW moments ({'bf16' if r.bf16_moments else 'fp32'})": (4.0 if r.bf16_moments else 8.0) * trained * share,
         # with LoRA the reference policy is the same weights with the adapters disabled: no copy
         "reference model": 4.0 * m.num_params * share if r.reference_model and not lora else 0.0,
         "bf16 generation copy": 2.0 * m.num_params if r.bf16_generation_copy and not sharded else 0.0,

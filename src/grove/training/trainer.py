@@ -129,7 +129,7 @@ class Trainer:
             t.ppo_epochs, t.mini_batches, t.micro_batch_size, t.max_grad_norm, t.old_logprobs == "recompute"
         )
         total_optimizer_steps = t.steps * t.ppo_epochs * t.mini_batches
-        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, total_optimizer_steps)
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, total_optimizer_steps, seed=cfg.seed)
         self.state = RunState(
             self.models, self.optimizer, self.scheduler, self.source, self.generator,
             {"kl": self.kl_controller, "entropy": self.entropy_controller}, self.world, cfg.seed,
