@@ -24,6 +24,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
+from grove.rollout.decode_attention import use_decode_attention
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 from grove.rollout.sampling import filter_logits, sample_tokens
 
@@ -50,6 +51,7 @@ class TransformersEngine(RolloutEngine):
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        use_decode_attention(model)  # one-token decode steps as two matmuls (grove.rollout.decode_attention)
         if eos_token_ids is None:  # the tokenizer's eos plus the generation config's (e.g. several end tokens)
             gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
             eos_token_ids = [tokenizer.eos_token_id, *(gen_eos if isinstance(gen_eos, list) else [gen_eos])]
