@@ -6,7 +6,8 @@ number."), at most 64 new tokens, temperature 1.0, β = 0, one optimisation epoc
 rollout, lr 1e-6, no gradient checkpointing, no vLLM, CPU. Four workers: TRL with ``bf16=False`` (``trl``)
 and ``bf16=True`` (``trl-bf16``, accelerate's bf16 autocast), grove with ``train.precision: fp32``
 (``grove``) and ``bf16`` (``grove-bf16``, its defaults: bf16 autocast for the update, generation from the
-bf16 weight copy). Each grove precision is compared with **TRL at the same precision**. TRL is a
+bf16 weight copy), and ``grove-bf16-bf16moments`` (plus ``optim.state_dtype: bf16``, the memory lever). Each
+grove precision is compared with **TRL at the same precision**. TRL is a
 benchmark-only extra: ``pip install -e '.[bench]'``.
 
     pip install -e '.[bench]'
@@ -35,8 +36,10 @@ PROMPTS_PER_STEP = 8
 GROUP = 8
 MAX_NEW = 64
 LR = 1e-6
-IMPLS = ["trl", "grove", "trl-bf16", "grove-bf16"]
-PEERS = {"grove": "trl", "grove-bf16": "trl-bf16"}  # each grove precision against TRL at the same precision
+IMPLS = ["trl", "grove", "trl-bf16", "grove-bf16", "grove-bf16-bf16moments"]
+# each grove precision against TRL at the same precision
+PEERS = {"grove": "trl", "grove-bf16": "trl-bf16", "grove-bf16-bf16moments": "trl-bf16"}
+LEVERS = {"grove-bf16-bf16moments": ("optim.state_dtype=bf16",)}  # grove workers with one lever switched on
 
 
 def peak_rss_gb() -> float:
@@ -61,7 +64,7 @@ def arithmetic_examples(n: int):
 
 
 def worker_grove(
-    steps: int, threads: int, precision: str, device: str, model: str | None, extra: tuple[str, ...] = ()
+    name: str, steps: int, threads: int, precision: str, device: str, model: str | None, extra: tuple[str, ...] = ()
 ) -> dict:
     from grove.config import load_config
     from grove.training.trainer import Trainer
@@ -85,7 +88,6 @@ def worker_grove(
             "step": time.perf_counter() - start, "generation": m["rollout_seconds"], "train": m["train_seconds"],
             "generated_tokens": m["generated_tokens"],
         })
-    name = "grove" if precision == "fp32" else f"grove-{precision}"
     return {"impl": name, "steps": rows, "peak_rss_gb": peak_rss_gb(), "peak_gpu_gb": peak_gpu_gb()}
 
 
@@ -198,11 +200,12 @@ def main() -> None:
     parser.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        precision = "bf16" if args.worker.endswith("-bf16") else "fp32"
+        precision = "bf16" if "-bf16" in args.worker else "fp32"
         if args.worker.startswith("trl"):
             result = worker_trl(args.steps, args.threads, precision, args.device, args.model)
         else:
-            result = worker_grove(args.steps, args.threads, precision, args.device, args.model, tuple(args.overrides))
+            extra = (*LEVERS.get(args.worker, ()), *args.overrides)
+            result = worker_grove(args.worker, args.steps, args.threads, precision, args.device, args.model, extra)
         print("RESULT " + json.dumps(result), flush=True)
         return
     results = []
