@@ -179,6 +179,45 @@ def test_bf16_autocast_matmuls_in_bf16_softmax_in_fp32() -> None:
         torch.testing.assert_close(a, b, atol=0.05, rtol=0.05)  # bf16 matmuls vs fp32 throughout
 
 
+def test_bf16_weight_gradient_same_in_cache_and_recompute_modes_and_on_a_second_backward() -> None:
+    """Under autocast the cached mode reuses the forward's bf16 weight and writes the weight gradient from one
+    product; recompute mode casts again and accumulates chunk products: the same gradients, and a second
+    backward through a retained graph (no cached cast left) gives the first one's."""
+    g = torch.Generator().manual_seed(5)
+    hidden = torch.randn(40, 16, generator=g).requires_grad_()
+    weight = (0.3 * torch.randn(96, 16, generator=g)).requires_grad_()
+    targets = torch.randint(0, 96, (40,), generator=g)
+    grads = {}
+    for cache in (True, False):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lp, ent = token_logprobs_and_entropy(hidden, weight, targets, chunk_size=40 if cache else 8,
+                                                 cache_bytes=10**9 if cache else 0)
+        loss = lp.sum() + 0.5 * ent.sum()
+        grads[cache] = torch.autograd.grad(loss, (hidden, weight), retain_graph=True)
+        again = torch.autograd.grad(loss, (hidden, weight))
+        for a, b in zip(grads[cache], again, strict=True):
+            assert a.dtype == torch.float32
+            torch.testing.assert_close(a, b)
+    for a, b in zip(grads[True], grads[False], strict=True):
+        torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
+
+
+def test_weight_casts_are_reused_within_a_block_until_the_weight_changes() -> None:
+    from grove.core import output_projection as op
+
+    weight = torch.randn(50, 8, requires_grad=True)
+    assert op._cast_weight(weight, torch.bfloat16) is not op._cast_weight(weight, torch.bfloat16)  # no block
+    with op.reusing_weight_casts():
+        first = op._cast_weight(weight, torch.bfloat16)
+        assert op._cast_weight(weight, torch.bfloat16) is first
+        with torch.no_grad():
+            weight.add_(1.0)  # an optimizer step: the version counter moves, the cast is redone
+        second = op._cast_weight(weight, torch.bfloat16)
+        assert second is not first and torch.equal(second, weight.detach().bfloat16())
+        assert op._cast_weight(weight, torch.float32) is weight
+    assert op._weight_casts is None
+
+
 def test_chunks_are_even() -> None:
     assert _chunks(326, 256) == [(0, 163), (163, 326)]
     assert _chunks(256, 256) == [(0, 256)]

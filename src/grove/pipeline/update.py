@@ -41,7 +41,7 @@ from torch import Tensor
 from grove.batch import RolloutBatch
 from grove.core.aggregation import AggregationScale, SequenceCount
 from grove.core.losses import PolicyLossFn, PolicyLossInput
-from grove.core.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE
+from grove.core.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE, reusing_weight_casts
 from grove.distributed.strategies import Strategy
 from grove.distributed.world import World
 from grove.infra.precision import autocast
@@ -294,29 +294,31 @@ def policy_update(
             total = 0.0
             offending: list[int] = []  # trajectories of micro-batches whose loss is not finite
             first_pass = epoch == 0 and mini_index == 0
-            for k, micro_idx in enumerate(micro_indices):
-                mb = mini.select(micro_idx).trimmed()
-                with strategy.accumulating(model, sync=k == len(micro_indices) - 1), world.phase("update: backward"):
-                    with autocast(parts.precision, _device(model)):
-                        loss, stats, mismatch, in_loss = micro_batch_loss(
-                            model, mb, parts, scale, coefs, old_from_current=schedule.old_from_current_forward
-                        )
-                    weight = strategy.gradient_scale if k < real else 0.0
-                    (loss * weight if weight != 1.0 else loss).backward()
-                if k >= real:
-                    continue
-                in_loss, mismatch = in_loss.cpu(), mismatch.cpu()
-                stats = {name: v.cpu() for name, v in stats.items()}
-                total += float(loss.detach())
-                if not math.isfinite(float(loss.detach())):
-                    offending += mb.trajectory_index.tolist()
-                token_stats.add(stats, candidates[micro_idx][:, : mb.loss_mask.shape[1]].float())
-                grad_tokens += float(in_loss.sum())
-                signal_tokens += tokens_with_signal(in_loss, mb.advantages)
-                if first_pass:  # before any optimizer step: a clean rollout-vs-training comparison
-                    mismatch_max = max(mismatch_max, float(mismatch.max()) if mismatch.numel() else 0.0)
-                    mismatch_sum += float(mismatch.sum())
-                    mismatch_tokens += float(mb.loss_mask.sum())
+            # one cast of the output projection's weight per optimizer step (it changes only at the step)
+            with reusing_weight_casts():
+                for k, micro_idx in enumerate(micro_indices):
+                    mb = mini.select(micro_idx).trimmed()
+                    with strategy.accumulating(model, sync=k == len(micro_indices) - 1), world.phase("update: backward"):
+                        with autocast(parts.precision, _device(model)):
+                            loss, stats, mismatch, in_loss = micro_batch_loss(
+                                model, mb, parts, scale, coefs, old_from_current=schedule.old_from_current_forward
+                            )
+                        weight = strategy.gradient_scale if k < real else 0.0
+                        (loss * weight if weight != 1.0 else loss).backward()
+                    if k >= real:
+                        continue
+                    in_loss, mismatch = in_loss.cpu(), mismatch.cpu()
+                    stats = {name: v.cpu() for name, v in stats.items()}
+                    total += float(loss.detach())
+                    if not math.isfinite(float(loss.detach())):
+                        offending += mb.trajectory_index.tolist()
+                    token_stats.add(stats, candidates[micro_idx][:, : mb.loss_mask.shape[1]].float())
+                    grad_tokens += float(in_loss.sum())
+                    signal_tokens += tokens_with_signal(in_loss, mb.advantages)
+                    if first_pass:  # before any optimizer step: a clean rollout-vs-training comparison
+                        mismatch_max = max(mismatch_max, float(mismatch.max()) if mismatch.numel() else 0.0)
+                        mismatch_sum += float(mismatch.sum())
+                        mismatch_tokens += float(mb.loss_mask.sum())
             max_norm = schedule.max_grad_norm if schedule.max_grad_norm is not None else float("inf")
             with world.phase("update: gradient norm"):
                 grad_norm = strategy.clip_grad_norm(params, max_norm)

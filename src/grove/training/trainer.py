@@ -25,7 +25,7 @@ import torch
 import grove.builtin_components  # noqa: F401
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig
-from grove.distributed.world import World, derived_seed
+from grove.distributed.world import World, derived_seed, init_world
 from grove.evaluation.evaluate import EvalResult
 from grove.experience import SourceContext, build_experience_source
 from grove.infra import fault_points
@@ -89,7 +89,8 @@ class Trainer:
     def __init__(self, cfg: GroveConfig, run_dir: Path, *, resume: bool = False, world: World | None = None) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
-        self.world = world or World()
+        # no world given (the Python API): the config's device in one process, as `grove train` places it
+        self.world = world or init_world(cfg.distributed.timeout_seconds, cfg.distributed.device)
         if cfg.train.prompts_per_step < self.world.size:
             raise ConfigError(
                 f"train.prompts_per_step ({cfg.train.prompts_per_step}) is smaller than the number of processes "
