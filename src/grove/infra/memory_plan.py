@@ -2,7 +2,10 @@
 
 The estimate adds the resident pieces of a training step for a decoder-only transformer:
 
-* policy weights, gradients and AdamW's two moments (float32 master copies: 4 × 4 bytes/param);
+* policy weights, gradients and AdamW's two moments (float32 master copies: 4 × 4 bytes/param; 2 × 2 bytes
+  for the moments with ``optim.state_dtype: bf16``);
+* the bf16 generation copy (on by default under ``train.precision: bf16``); it is freed while the update runs
+  and the KV cache lives only during generation, so adding both to the update's pieces errs on the safe side;
 * the reference model's weights when β > 0;
 * with LoRA (``model.lora``, :mod:`grove.models.lora`): the full weights, frozen (no gradient, no AdamW
   state), plus the adapters with their gradients and AdamW moments (4 × 4 bytes per adapter parameter,
@@ -11,7 +14,8 @@ The estimate adds the resident pieces of a training step for a decoder-only tran
 * training activations of one micro-batch: per token and layer, the tensors autograd keeps for a
   LLaMA-style block (norm inputs, q/k/v, attention output, MLP gate/up/activation/down input,
   residuals): ≈ ``(8·hidden + 2·kv_dim + 4·intermediate)`` values, in the compute dtype; with the
-  shared-prefix forward, the prompt is counted once per group, not once per completion;
+  shared-prefix forward, the prompt is counted once per group, not once per completion; with
+  ``train.activation_checkpointing`` one hidden vector per layer and token plus one layer's set;
 * the generation KV cache: ``2 · layers · kv_dim`` values per token for every row;
 * the output projection (:mod:`grove.core.output_projection`): the float32 probabilities and log-probs of one
   micro-batch's predicted tokens when they fit in ``train.logit_cache_mb`` (kept from forward to
