@@ -155,3 +155,19 @@ def test_data_parallel_benchmark_runs_every_variant_on_a_tiny_model(tmp_path, mo
     out = capsys.readouterr().out
     for variant in ("one process", "ddp × 2", "fsdp2 × 2"):
         assert f"| {variant} |" in out
+
+
+def test_step_memory_benchmark_prints_each_phase_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/step_memory.py: two steps, RSS per phase (generation, update, after the update)."""
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "tiny")
+    monkeypatch.setattr(sys, "argv", ["step_memory.py", "--set", f"model.name={model}", "--set", "threads=1",
+                                      "--set", "rollout.max_new_tokens=4", "--set", "train.prompts_per_step=2",
+                                      "--set", "train.completions_per_prompt=2", "--set", "eval.before_training=false",
+                                      "--set", "optim.state_dtype=bf16"])
+    runpy.run_path(str(BENCHMARKS / "step_memory.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    for phase in ("step 1 generation", "step 1 update", "step 2 generation", "step 2 update"):
+        assert f"| {phase} |" in out
+    assert "peak RSS (ru_maxrss)" in out

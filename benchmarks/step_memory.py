@@ -1,0 +1,74 @@
+"""Resident memory (RSS) through two training steps, per phase: generation, update (docs/benchmarks.md, issue 16).
+
+    python benchmarks/step_memory.py --set train.precision=bf16
+    python benchmarks/step_memory.py --set train.precision=bf16 --set optim.state_dtype=bf16
+    python benchmarks/step_memory.py --set train.precision=bf16 --set train.activation_checkpointing=true
+
+The vs_trl work (SmolLM2-135M, 8 prompts × 8 completions, ≤ 64 new tokens, T = 1), two steps in one process; RSS
+is sampled every 20 ms by a thread, and each phase's maximum and starting RSS are printed with the step's
+response tokens and phase times. The second step is the steady state (AdamW's state exists from the first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from grove.config import load_config
+from grove.training import trainer as trainer_module
+from grove.training.trainer import Trainer
+
+WORK = [
+    "threads=2", "task.prompt_template=What is {question}? Answer with just the number.",
+    "train.prompts_per_step=8", "train.completions_per_prompt=8", "train.steps=2", "rollout.max_new_tokens=64",
+    "rollout.temperature=1.0", "optim.lr=1e-6", "algorithm={preset: grpo}", "algorithm.kl.coef=0.0",
+    "algorithm.aggregation=token_mean", "logging.tensorboard=false", "logging.progress=false",
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    process, samples, marks = psutil.Process(), [], []
+
+    def sample() -> None:
+        while True:
+            samples.append((time.perf_counter(), process.memory_info().rss))
+            time.sleep(0.02)
+
+    threading.Thread(target=sample, daemon=True).start()
+    out = Path(tempfile.mkdtemp(prefix="step_memory_"))
+    trainer = Trainer(load_config("examples/arithmetic.yaml", [f"output_dir={out}", *WORK, *args.overrides]), out)
+    update = trainer_module.policy_update
+
+    def timed_update(*a, **kw):
+        marks.append((f"step {trainer.step} update", time.perf_counter()))
+        result = update(*a, **kw)
+        marks.append((f"step {trainer.step} after the update", time.perf_counter()))
+        return result
+
+    trainer_module.policy_update = timed_update
+    for _ in range(2):
+        trainer.step += 1
+        marks.append((f"step {trainer.step} generation", time.perf_counter()))
+        metrics = trainer.train_step()
+        print(f"step {trainer.step}: {metrics['generated_tokens']:.0f} response tokens, generation "
+              f"{metrics['rollout_seconds']:.1f} s, update {metrics['train_seconds']:.1f} s", flush=True)
+    marks.append(("end", time.perf_counter()))
+    print("\n| phase | seconds | max RSS GB | RSS at start GB |\n|---|---|---|---|")
+    for (name, t0), (_, t1) in zip(marks, marks[1:], strict=False):
+        rss = [r for t, r in samples if t0 <= t < t1]
+        if rss:
+            print(f"| {name} | {t1 - t0:.1f} | {max(rss) / 1e9:.2f} | {rss[0] / 1e9:.2f} |")
+    print(f"\npeak RSS (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()
