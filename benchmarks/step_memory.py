@@ -43,28 +43,33 @@ def main() -> None:
             samples.append((time.perf_counter(), process.memory_info().rss))
             time.sleep(0.02)
 
+    def mark(name: str) -> None:  # a phase boundary, with an RSS reading of its own (short phases get one too)
+        now = time.perf_counter()
+        marks.append((name, now))
+        samples.append((now, process.memory_info().rss))
+
     threading.Thread(target=sample, daemon=True).start()
     out = Path(tempfile.mkdtemp(prefix="step_memory_"))
     trainer = Trainer(load_config("examples/arithmetic.yaml", [f"output_dir={out}", *WORK, *args.overrides]), out)
     update = trainer_module.policy_update
 
     def timed_update(*a, **kw):
-        marks.append((f"step {trainer.step} update", time.perf_counter()))
+        mark(f"step {trainer.step} update")
         result = update(*a, **kw)
-        marks.append((f"step {trainer.step} after the update", time.perf_counter()))
+        mark(f"step {trainer.step} after the update")
         return result
 
     trainer_module.policy_update = timed_update
     for _ in range(2):
         trainer.step += 1
-        marks.append((f"step {trainer.step} generation", time.perf_counter()))
+        mark(f"step {trainer.step} generation")
         metrics = trainer.train_step()
         print(f"step {trainer.step}: {metrics['generated_tokens']:.0f} response tokens, generation "
               f"{metrics['rollout_seconds']:.1f} s, update {metrics['train_seconds']:.1f} s", flush=True)
-    marks.append(("end", time.perf_counter()))
+    mark("end")
     print("\n| phase | seconds | max RSS GB | RSS at start GB |\n|---|---|---|---|")
     for (name, t0), (_, t1) in zip(marks, marks[1:], strict=False):
-        rss = [r for t, r in samples if t0 <= t < t1]
+        rss = [r for t, r in list(samples) if t0 <= t < t1]
         if rss:
             print(f"| {name} | {t1 - t0:.1f} | {max(rss) / 1e9:.2f} | {rss[0] / 1e9:.2f} |")
     print(f"\npeak RSS (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2:.2f} GiB")
