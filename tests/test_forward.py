@@ -180,9 +180,9 @@ def test_bf16_autocast_matmuls_in_bf16_softmax_in_fp32() -> None:
 
 
 def test_bf16_weight_gradient_same_in_cache_and_recompute_modes_and_on_a_second_backward() -> None:
-    """Under autocast the cached mode reuses the forward's bf16 weight and writes the weight gradient from one
-    product; recompute mode casts again and accumulates chunk products: the same gradients, and a second
-    backward through a retained graph (no cached cast left) gives the first one's."""
+    """Under autocast the cached mode writes the weight gradient from one product; recompute mode accumulates
+    chunk products: the same gradients; a second backward through a retained graph gives the first one's, and
+    sharing the weight's cast between forward and backward (``reusing_weight_casts``) changes no bit."""
     g = torch.Generator().manual_seed(5)
     hidden = torch.randn(40, 16, generator=g).requires_grad_()
     weight = (0.3 * torch.randn(96, 16, generator=g)).requires_grad_()
@@ -200,6 +200,14 @@ def test_bf16_weight_gradient_same_in_cache_and_recompute_modes_and_on_a_second_
             torch.testing.assert_close(a, b)
     for a, b in zip(grads[True], grads[False], strict=True):
         torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
+    from grove.core.output_projection import reusing_weight_casts
+
+    with reusing_weight_casts():  # as in the update: forward and backward share one cast of the weight
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lp, ent = token_logprobs_and_entropy(hidden, weight, targets, chunk_size=40, cache_bytes=10**9)
+        reused = torch.autograd.grad(lp.sum() + 0.5 * ent.sum(), (hidden, weight))
+    for a, b in zip(reused, grads[True], strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
 def test_weight_casts_are_reused_within_a_block_until_the_weight_changes() -> None:

@@ -108,7 +108,8 @@ _weight_casts: dict[int, tuple[Tensor, int, torch.dtype, Tensor]] | None = None
 
 @contextmanager
 def reusing_weight_casts() -> Iterator[None]:
-    """Within the block the output projection casts its weight to the autocast dtype once, not in every forward.
+    """Within the block the output projection casts its weight to the autocast dtype once, not in every forward
+    and backward.
 
     For the micro-batches of one optimizer step, while the weights do not change (the update loop opens it per
     mini-batch): under bf16 autocast each cast of SmolLM2's float32 ``[49152, 576]`` head cost ~50 ms on the
@@ -155,7 +156,7 @@ def _project(hidden, weight, bias, targets, temperature, ranges, *, with_entropy
             if keep:
                 kept.append((logp, p))
     entropy = torch.cat(entropies) if with_entropy else None
-    return torch.cat(logps), entropy, torch.cat(lses), kept, dtype, w
+    return torch.cat(logps), entropy, torch.cat(lses), kept, dtype
 
 
 class _OutputProjectionLogprobs(torch.autograd.Function):
@@ -165,14 +166,11 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, cache):
         ctx.set_materialize_grads(False)
         ranges = [(0, hidden.shape[0])] if cache else _chunks(hidden.shape[0], chunk_size)
-        token_logp, entropy, lse, kept, dtype, cast_weight = _project(
+        token_logp, entropy, lse, kept, dtype = _project(
             hidden, weight, bias, targets, temperature, ranges, with_entropy=True, keep=cache
         )
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.kept, ctx.ranges, ctx.dtype, ctx.temperature = kept, ranges, dtype, temperature
-        # the weight in the matmul dtype (bf16 under autocast) is kept for backward instead of cast again:
-        # [V, H] in bf16 is 57 MB for SmolLM2, and each cast of the float32 weight cost ~50 ms on the CPU
-        ctx.cast_weight = cast_weight if cast_weight is not weight else None
         return token_logp, entropy
 
     @staticmethod
@@ -182,7 +180,6 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
         if grad_logp is None and grad_entropy is None:
             return (None,) * 7
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        cast_weight, ctx.cast_weight = ctx.cast_weight, None
         # one float32 matmul writes the weight gradient in place (addmm_ into zeros beat a fresh product by 8%
         # per step); a low-precision product of a single range is converted once, with no zero-filled buffer
         direct = need_w and ctx.dtype != torch.float32 and len(ctx.ranges) == 1
@@ -190,7 +187,7 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w and not direct else None
         grad_b = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_b else None
         with torch.autocast(hidden.device.type, enabled=False):
-            h, w, b = _operands(hidden, weight if cast_weight is None else cast_weight, bias, ctx.dtype)
+            h, w, b = _operands(hidden, weight, bias, ctx.dtype)  # in the update: the forward's cast, reused
             for i, (start, end) in enumerate(ctx.ranges):
                 rows = slice(start, end)
                 if kept:
