@@ -263,3 +263,22 @@ def test_identical_prompts_are_prefilled_once_and_sample_like_a_fan_out(policy, 
     assert repeated.prompt_index.tolist() == [0, 1, 2, 3] and distinct.prompt_index.tolist() == [0, 1]
     width = repeated.prompt_ids.shape[1]
     assert repeated.prompt_ids[2, width - len(a) :].tolist() == a
+
+
+def test_two_level_inverse_cdf_draws_each_index_with_its_probability() -> None:
+    """A vocabulary that is not a multiple of the chunk (the padded path), zero-weight indices in the first
+    chunk, in the middle and at the end: frequencies match the weights, zero-weight indices never come up."""
+    from grove.rollout.sampling import CHUNK, inverse_cdf_sample
+
+    vocab = 2 * CHUNK + 37
+    weights = torch.zeros(vocab)
+    hot = {0: 1.0, 5: 3.0, CHUNK - 1: 2.0, CHUNK + 10: 0.5, vocab - 1: 3.5}
+    for index, weight in hot.items():
+        weights[index] = weight
+    rows = 40_000
+    drawn, mass = inverse_cdf_sample(weights.expand(rows, vocab).contiguous(), torch.Generator().manual_seed(0))
+    assert torch.allclose(mass, torch.full((rows,), 10.0, dtype=torch.float64))
+    counts = torch.bincount(drawn, minlength=vocab).double() / rows
+    assert set(drawn.unique().tolist()) == set(hot)
+    for index, weight in hot.items():
+        assert counts[index].item() == pytest.approx(weight / 10.0, abs=0.01)

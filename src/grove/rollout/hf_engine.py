@@ -1,9 +1,9 @@
 """A batched sampling loop on a plain transformers causal LM with a :class:`DynamicCache` (no ``generate``).
 
-The ``B`` prompts are prefilled once each, identical ones once together (left-padded, ``position_ids = cumsum(mask) - 1``, the same
-positions :func:`grove.models.forward.policy_forward` uses), the cache is fanned out to ``n`` samples per
-prompt, and tokens are decoded step by step with one forward for all still-running rows. Finished rows are
-dropped from the cache and the batch, so they cost no further work. Randomness comes only from the
+The ``B`` prompts are prefilled once each, identical ones once together (left-padded, ``position_ids =
+cumsum(mask) - 1``, the same positions :func:`grove.models.forward.policy_forward` uses), the cache is fanned
+out to ``n`` samples per prompt, and tokens are decoded step by step with one forward for all still-running
+rows. Finished rows are dropped from the cache and the batch, so they cost no further work. Randomness comes only from the
 caller's ``torch.Generator`` (one uniform draw per row and step, inverse-CDF sampling), so a seeded
 generator reproduces a rollout exactly (for a fixed device / thread count).
 
