@@ -99,17 +99,14 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
                 flat = (param.view(-1), param.grad.view(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1))
                 for chunk, start in enumerate(range(0, param.numel(), CHUNK_ELEMENTS)):
                     p, g, m_store, v_store = (t[start : start + CHUNK_ELEMENTS] for t in flat)
-                    m = m_store.float()
+                    m = m_store.float()  # float32 state: the stored chunk itself, updated in place
                     v = v_store.float()
                     m.lerp_(g, 1 - beta1)
                     v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
                     if decay:
                         p.mul_(1 - lr * decay)
                     p.addcdiv_(m, v.sqrt().div_(root_correction).add_(eps), value=-step_size)
-                    if self.state_dtype == torch.float32:
-                        m_store.copy_(m)
-                        v_store.copy_(v)
-                    else:
+                    if self.state_dtype == torch.bfloat16:
                         rounding = torch.Generator(device=p.device)
                         rounding.manual_seed(hash((self.seed, step, index, chunk)) & ((1 << 63) - 1))
                         # one draw of 31 random bits rounds both moments: bits 0-15 for m, bits 15-30 for v
