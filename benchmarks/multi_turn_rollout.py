@@ -63,7 +63,7 @@ def peak_rss_gb() -> float:
 
 def one_round(source, engine: TimedEngine, precision: str) -> dict:
     engine.calls = []
-    starts = source._draw_starts()  # the trainer's next (task, seed) starts
+    starts = source.draw_starts()  # the trainer's next (task, seed) starts
     start = time.perf_counter()
     with autocast("fp32" if precision == "fp32" else "bf16"):
         run = source.play(starts, source.group_size, source.sampling)

@@ -117,7 +117,7 @@ class EnvironmentSource:
             step_timeout_s=self.env_cfg.step_timeout_s,
         )
 
-    def _draw_starts(self) -> list[tuple[int, int]]:
+    def draw_starts(self) -> list[tuple[int, int]]:
         """This rank's ``(task, seed)`` starts; every rank draws the step's tasks, so the sampler stays in step."""
         tasks = [self.suite.train_tasks[i] for i in self.sampler.next(self.groups)]
         seeds = torch.randint(0, 2**31 - 1, (self.groups,), generator=self.start_seeds).tolist()
@@ -132,7 +132,7 @@ class EnvironmentSource:
         last: list[Trajectory] = []
         groups = self.shard[1] - self.shard[0]
         while rounds < self.max_rounds and self.world.any(kept_groups < groups, "rollout: dynamic sampling"):
-            starts = self._draw_starts()
+            starts = self.draw_starts()
             rounds += 1
             if kept_groups >= groups:
                 continue  # this rank is full; others are still playing rounds
