@@ -6,10 +6,12 @@ plays ``--rounds`` rounds of one training step's groups (``train.prompts_per_ste
 each round from the next tasks and seeds of the training sampler. Per round and as medians: generation,
 environment and other seconds (prompt building and tokenisation = wall − generation − environment; the
 environment's time as ``run_episodes`` counts it: reset, parse, step and the prompter's record),
-tokens/s, environment steps/s, the live environments of each turn, peak RSS.
+tokens/s, environment steps/s, the token positions the prefill forwards ran (``rollout.prefix_reuse`` cuts
+them), the live environments of each turn, peak RSS.
 
     python benchmarks/multi_turn_rollout.py --rounds 5 --precision fp32
     python benchmarks/multi_turn_rollout.py --config examples/sokoban_gigpo.yaml --precision bf16
+    python benchmarks/multi_turn_rollout.py --precision bf16 --set rollout.prefix_reuse=false   # without reuse
     python benchmarks/multi_turn_rollout.py --tiny --rounds 1 --warmup 0   # smoke run, a tiny random model
 
 ``--precision``: fp32 (float32 weights, no autocast), bf16 (generation from a bfloat16 copy of the weights,
@@ -39,7 +41,7 @@ from grove.rollout.hf_engine import TransformersEngine
 
 COLUMNS = [  # (key, header, format)
     ("turns", "turns", "{:.0f}"), ("actions", "actions", "{:.0f}"), ("env_steps", "env steps", "{:.0f}"),
-    ("tokens", "gen tokens", "{:.0f}"), ("generation_s", "gen s", "{:.2f}"), ("environment_s", "env s", "{:.3f}"),
+    ("tokens", "gen tokens", "{:.0f}"), ("prompt_tokens_run", "prefill tokens", "{:.0f}"), ("generation_s", "gen s", "{:.2f}"), ("environment_s", "env s", "{:.3f}"),
     ("other_s", "other s", "{:.3f}"), ("wall_s", "wall s", "{:.2f}"), ("tokens_per_s", "tok/s (wall)", "{:.1f}"),
     ("tokens_per_generation_s", "tok/s (gen)", "{:.1f}"), ("env_steps_per_s", "steps/s (wall)", "{:.2f}"),
     ("env_steps_per_environment_s", "steps/s (env)", "{:.0f}"),
@@ -47,9 +49,15 @@ COLUMNS = [  # (key, header, format)
 
 
 class TimedEngine(TransformersEngine):
-    """The trainer's engine, recording each batched generate call: (rows, generated tokens, seconds)."""
+    """The trainer's engine, recording each batched generate call: (rows, generated tokens, seconds), and the
+    token positions (pads included) its prefill forwards ran."""
 
     calls: list[tuple[int, int, float]]
+    prefilled: int = 0
+
+    def _run(self, ids, attn, positions, cache):
+        self.prefilled += ids.numel()
+        return super()._run(ids, attn, positions, cache)
 
     def generate(self, prompt_token_ids, n, sampling, generator):
         out = super().generate(prompt_token_ids, n, sampling, generator)
@@ -62,7 +70,7 @@ def peak_rss_gb() -> float:
 
 
 def one_round(source, engine: TimedEngine, precision: str) -> dict:
-    engine.calls = []
+    engine.calls, engine.prefilled = [], 0
     starts = source.draw_starts()  # the trainer's next (task, seed) starts
     start = time.perf_counter()
     with autocast("fp32" if precision == "fp32" else "bf16"):
@@ -76,6 +84,7 @@ def one_round(source, engine: TimedEngine, precision: str) -> dict:
         "actions": sum(len(t.turns) for t in run.trajectories),
         "env_steps": run.environment_steps,
         "tokens": run.generated_tokens,
+        "prompt_tokens_run": engine.prefilled,
         "generation_s": gen,
         "environment_s": env,
         "other_s": wall - gen - env,
@@ -115,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
     model.eval().requires_grad_(False)
     if args.precision == "bf16":  # what build_policy_models does with rollout.bf16_weights
         model = GenerationWeights(model).model
-    engine = TimedEngine(model, tokenizer)
+    engine = TimedEngine(model, tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse)
     source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
     if not hasattr(source, "play"):
         parser.error(f"{args.config} is not an environment config (experience source {cfg.source_id!r})")

@@ -86,6 +86,12 @@ class RolloutConfig(Section):
         "during the update (faster decode; larger rollout-vs-training log-prob mismatch). null (default): on when "
         "train.precision is bf16, off in fp32.",
     )
+    prefix_reuse: bool = Field(
+        True,
+        description="Prefill a prompt's cached prefix from its keys and values instead of running it again: the "
+        "prefix every prompt of a batch shares is run once, and the turns of a batch of episodes reuse the previous "
+        "turn's rows (a conversation prefills only the environment's reply). Same samples; off runs every prompt whole.",
+    )
     prompt_overflow: Literal["error", "truncate_left"] = Field(
         "error",
         description="A prompt whose tokens plus max_new_tokens exceed the model's context: 'error' stops with a "

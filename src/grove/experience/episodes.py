@@ -38,7 +38,7 @@ import torch
 
 from grove.envs.actions import ParsedAction
 from grove.envs.base import Environment, Observation
-from grove.rollout.engine import RolloutEngine, SamplingParams
+from grove.rollout.engine import RolloutEngine, SamplingParams, reusing_prefixes
 
 __all__ = ["EnvironmentTimeout", "EpisodeRun", "Prompter", "SampleTokens", "Trajectory", "Turn", "run_episodes"]
 
@@ -281,60 +281,61 @@ def run_episodes(
             observations.append(obs)
 
     active = [k for k, obs in enumerate(observations) if obs is not None]
-    for turn_number in range(max_turns):
-        contexts, running = [], []
-        for k in active:
-            ctx = prompters[k].context()
-            if ctx is None:
-                trajectories[k].context_overflow = True
-            else:
-                contexts.append(ctx)
-                running.append(k)
-        if not running:
-            break
-        out = engine.generate(contexts, 1, sampling, generator)
-        gen_seconds += out.seconds
-        tokens += out.num_generated_tokens
-        lengths = out.response_mask.sum(1).tolist()
-        all_ids, all_logprobs = out.response_ids.tolist(), out.logprobs.tolist()  # one conversion per turn
-        t0 = time.perf_counter()
-        still = []
-        for row, k in enumerate(running):
-            traj, obs = trajectories[k], observations[k]
-            n = int(lengths[row])
-            ids, lps = all_ids[row][:n], all_logprobs[row][:n]
-            parsed = parse(out.texts[row], obs)
-            reward, done, info, nxt = 0.0, False, {}, obs
-            if parsed.valid:
-                try:
-                    nxt, reward, done, info = calls("step", envs[k].step, parsed.action)
-                    env_steps += 1
-                except Exception as exc:  # noqa: BLE001
-                    traj.error = _ErrorLog.report(env_name, exc, "step")
-                    errors += 1
-            turn = Turn(
-                observation=obs,
-                action_ids=ids,
-                logprobs=lps,
-                text=out.texts[row],
-                parsed=parsed,
-                reward=float(reward),
-                penalty=0.0,
-                done=bool(done),
-                finish_reason=out.finish_reasons[row],
-                info=dict(info),
-            )
-            turn.penalty = invalid_penalty if turn.invalid else 0.0
-            traj.turns.append(turn)
-            traj.won = traj.won or bool(info.get("won", False))
-            traj.done = bool(done)
-            ends = traj.done or traj.failed or turn_number == max_turns - 1
-            prompters[k].record(turn, None if ends else nxt)
-            observations[k] = nxt
-            if not ends:
-                still.append(k)
-        env_seconds += time.perf_counter() - t0
-        active = still
+    with reusing_prefixes(engine):  # the turns share weights: each reuses the previous turn's keys and values
+        for turn_number in range(max_turns):
+            contexts, running = [], []
+            for k in active:
+                ctx = prompters[k].context()
+                if ctx is None:
+                    trajectories[k].context_overflow = True
+                else:
+                    contexts.append(ctx)
+                    running.append(k)
+            if not running:
+                break
+            out = engine.generate(contexts, 1, sampling, generator)
+            gen_seconds += out.seconds
+            tokens += out.num_generated_tokens
+            lengths = out.response_mask.sum(1).tolist()
+            all_ids, all_logprobs = out.response_ids.tolist(), out.logprobs.tolist()  # one conversion per turn
+            t0 = time.perf_counter()
+            still = []
+            for row, k in enumerate(running):
+                traj, obs = trajectories[k], observations[k]
+                n = int(lengths[row])
+                ids, lps = all_ids[row][:n], all_logprobs[row][:n]
+                parsed = parse(out.texts[row], obs)
+                reward, done, info, nxt = 0.0, False, {}, obs
+                if parsed.valid:
+                    try:
+                        nxt, reward, done, info = calls("step", envs[k].step, parsed.action)
+                        env_steps += 1
+                    except Exception as exc:  # noqa: BLE001
+                        traj.error = _ErrorLog.report(env_name, exc, "step")
+                        errors += 1
+                turn = Turn(
+                    observation=obs,
+                    action_ids=ids,
+                    logprobs=lps,
+                    text=out.texts[row],
+                    parsed=parsed,
+                    reward=float(reward),
+                    penalty=0.0,
+                    done=bool(done),
+                    finish_reason=out.finish_reasons[row],
+                    info=dict(info),
+                )
+                turn.penalty = invalid_penalty if turn.invalid else 0.0
+                traj.turns.append(turn)
+                traj.won = traj.won or bool(info.get("won", False))
+                traj.done = bool(done)
+                ends = traj.done or traj.failed or turn_number == max_turns - 1
+                prompters[k].record(turn, None if ends else nxt)
+                observations[k] = nxt
+                if not ends:
+                    still.append(k)
+            env_seconds += time.perf_counter() - t0
+            active = still
     calls.close()
     for traj, prompter in zip(trajectories, prompters, strict=True):
         traj.samples = prompter.samples() if traj.turns else []

@@ -8,6 +8,7 @@ completion ``j`` of prompt ``i`` is row ``i * n + j``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -24,6 +25,7 @@ __all__ = [
     "encode_prompts",
     "fit_prompts",
     "prompt_preview",
+    "reusing_prefixes",
 ]
 
 FINISH_REASONS = ("eos", "stop", "length")
@@ -106,6 +108,14 @@ class RolloutEngine(Protocol):
         sampling: SamplingParams,
         generator: torch.Generator,
     ) -> RolloutOutput: ...
+
+
+def reusing_prefixes(engine: RolloutEngine) -> AbstractContextManager[None]:
+    """``engine.reusing_prefixes()`` where the engine can keep one call's keys and values for the next (e.g.
+    :class:`grove.rollout.hf_engine.TransformersEngine`), a no-op context otherwise. Open it only over calls
+    made with the same weights."""
+    method = getattr(engine, "reusing_prefixes", None)
+    return method() if callable(method) else nullcontext()
 
 
 def encode_prompts(

@@ -16,7 +16,8 @@ are the ``old_logprobs`` of an on-policy batch. Truncation only changes which to
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -26,6 +27,14 @@ from transformers.cache_utils import DynamicCache
 
 from grove.rollout.decode_attention import use_decode_attention
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
+from grove.rollout.prefix_cache import (
+    MIN_REUSED_TOKENS,
+    KVBank,
+    assemble_prefixes,
+    compact_rows,
+    longest_common_prefix,
+    shared_batch_prefix,
+)
 from grove.rollout.sampling import filter_logits, sample_tokens
 
 __all__ = ["TransformersEngine", "filter_logits"]
@@ -48,8 +57,13 @@ class TransformersEngine(RolloutEngine):
         model: PreTrainedModel,
         tokenizer: Any,
         eos_token_ids: Sequence[int] | int | None = None,
+        *,
+        reuse_prefixes: bool = True,
     ) -> None:
         self.model = model
+        self.reuse_prefixes = reuse_prefixes
+        self._keeping = False  # inside reusing_prefixes(): keep each call's rows for the next
+        self._bank: KVBank | None = None
         self.tokenizer = tokenizer
         use_decode_attention(model)  # one-token decode steps as two matmuls (grove.rollout.decode_attention)
         if eos_token_ids is None:  # the tokenizer's eos plus the generation config's (e.g. several end tokens)
@@ -141,17 +155,12 @@ class TransformersEngine(RolloutEngine):
             fan_out = row_of.repeat_interleave(n)  # the distinct prompt each of the B * n rows continues
         else:
             fan_out = torch.arange(len(ids), device=device).repeat_interleave(n)
-        positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        out = self.model(
-            input_ids=ids, attention_mask=attn, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        )
-        logits = out.logits[:, -1, :][fan_out]
+        cache, logits, layout, attn, next_pos = self._prefill(ids, attn)
+        logits = logits[fan_out]
         if n > 1 or len(distinct) < len(prompt_ids):
             cache.batch_select_indices(fan_out)
-        attn = attn[fan_out]
-        next_pos = positions[:, -1][fan_out] + 1
+        layout, attn, next_pos = layout[fan_out], attn[fan_out], next_pos[fan_out]
+        kept: list[KVBank] = []  # rows kept for the next call (inside reusing_prefixes)
 
         active = torch.arange(total, device=device)  # global row of each running row
         # preallocated outputs, written by row index each step (no per-row Python work)
@@ -173,22 +182,120 @@ class TransformersEngine(RolloutEngine):
                 stopped = running[hits]
                 done[stopped] = True
                 reasons[active[stopped]] = _STOP
-            if step == sampling.max_new_tokens - 1:
+            last = step == sampling.max_new_tokens - 1
+            if self._keeping and (last or done.any()):  # the rows leaving the cache, for the next call
+                leaving = torch.ones_like(done) if last else done
+                kept.append(self._cached_rows(cache, leaving, attn, layout))
+            if last:
                 break
             if done.any():
                 keep = (~done).nonzero().flatten()
                 if len(keep) == 0:
                     break
                 cache.batch_select_indices(keep)
-                active, tok, attn, next_pos = active[keep], tok[keep], attn[keep], next_pos[keep]
+                active, tok, attn, next_pos, layout = active[keep], tok[keep], attn[keep], next_pos[keep], layout[keep]
             attn = torch.cat([attn, attn.new_ones(len(active), 1)], dim=1)
+            layout = torch.cat([layout, tok[:, None]], dim=1)
             out = self.model(
                 input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
                 past_key_values=cache, use_cache=True,
             )
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
+        if self._keeping:
+            self._bank = KVBank.concat(kept)
         return tokens, logprobs, lengths, reasons
+
+    # ------------------------------------------------------------------ prefill and prefix reuse
+    def _run(self, ids: Tensor, attn: Tensor, positions: Tensor, cache: DynamicCache) -> Tensor:
+        """One prefill forward over ``cache``; the last position's logits ``[rows, V]``."""
+        out = self.model(
+            input_ids=ids, attention_mask=attn, position_ids=positions,
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        )
+        return out.logits[:, -1, :]
+
+    def _prefill(self, ids: Tensor, attn: Tensor) -> tuple[DynamicCache, Tensor, Tensor, Tensor, Tensor]:
+        """Run the (distinct, left-padded) prompts through the model: ``(cache, last logits [N, V], the token
+        id at each cached position [N, T], attention mask [N, T], next position [N])``.
+
+        With :attr:`reuse_prefixes`, a prompt whose first tokens are cached (a row of the previous call inside
+        :meth:`reusing_prefixes`, or the prefix every prompt of this call shares) takes their keys and values
+        and only its remaining tokens are run (:mod:`grove.rollout.prefix_cache`)."""
+        plan = self._reuse_plan(ids, attn) if self.reuse_prefixes else None
+        if plan is None:
+            positions = (attn.cumsum(-1) - 1).clamp(min=0)
+            cache = DynamicCache(config=self.model.config)
+            return cache, self._run(ids, attn, positions, cache), ids, attn, positions[:, -1] + 1
+        bank, rows, reused, prompts, prompt_lengths = plan
+        layers, prefix_mask = assemble_prefixes(bank, rows, reused)
+        self._bank = None  # the next call keeps this call's rows (free the old ones before decoding)
+        prefix_tokens = prompts.gather(1, (prefix_mask.cumsum(1) - 1).clamp(min=0))
+        new = prompt_lengths - reused  # tokens still to run, >= 1 each
+        width = int(new.max())
+        column = torch.arange(width, device=ids.device)[None, :]
+        offset = width - new[:, None]
+        new_mask = (column >= offset).long()
+        new_positions = reused[:, None] + (column - offset).clamp(min=0)
+        new_ids = prompts.gather(1, new_positions.clamp(max=prompts.shape[1] - 1)).masked_fill(new_mask == 0, self.pad_token_id)
+        cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        mask = torch.cat([prefix_mask, new_mask], dim=1)
+        logits = self._run(new_ids, mask, new_positions, cache)
+        layout = torch.cat([prefix_tokens.masked_fill(prefix_mask == 0, self.pad_token_id), new_ids], dim=1)
+        return cache, logits, layout, mask, prompt_lengths
+
+    def _reuse_plan(self, ids: Tensor, attn: Tensor) -> tuple[KVBank, Tensor, Tensor, Tensor, Tensor] | None:
+        """Which cached prefix each prompt reuses: ``(bank, bank row [N], reused tokens [N], prompts left-aligned
+        [N, W], prompt lengths [N])``, or ``None`` when no prompt would reuse at least
+        :data:`~grove.rollout.prefix_cache.MIN_REUSED_TOKENS` tokens."""
+        prompt_lengths = attn.sum(1)
+        width = ids.shape[1]
+        column = torch.arange(width, device=ids.device)[None, :]
+        start = width - prompt_lengths[:, None]
+        prompts = ids.gather(1, (column + start).clamp(max=width - 1)).masked_fill(column >= prompt_lengths[:, None], -2)
+        reused = torch.zeros_like(prompt_lengths)
+        rows = torch.zeros_like(prompt_lengths)
+        bank = self._bank
+        if bank is not None:
+            reused, rows = longest_common_prefix(prompts, prompt_lengths, bank)
+            reused = reused.masked_fill(reused < MIN_REUSED_TOKENS, 0)
+        fresh = (reused == 0).nonzero().flatten()
+        if len(fresh) > 1:
+            shared = shared_batch_prefix(prompts[fresh], prompt_lengths[fresh])
+            if shared >= MIN_REUSED_TOKENS:
+                prefix = prompts[fresh[0], :shared][None]
+                one = DynamicCache(config=self.model.config)
+                mask = torch.ones_like(prefix)
+                self._run(prefix, mask, (mask.cumsum(1) - 1), one)
+                layers = [(layer.keys, layer.values) for layer in one.layers]
+                made = compact_rows([k for k, _ in layers], [v for _, v in layers], mask, prefix)
+                rows[fresh] = 0 if bank is None else bank.rows
+                bank = made if bank is None else KVBank.concat([bank, made])
+                reused[fresh] = shared
+        if bank is None or not bool((reused > 0).any()):
+            return None
+        return bank, rows, reused, prompts, prompt_lengths
+
+    def _cached_rows(self, cache: DynamicCache, rows: Tensor, attn: Tensor, layout: Tensor) -> KVBank:
+        """The cache rows selected by ``rows`` (bool), compacted for reuse by the next call."""
+        return compact_rows(
+            [layer.keys[rows] for layer in cache.layers], [layer.values[rows] for layer in cache.layers],
+            attn[rows], layout[rows],
+        )
+
+    @contextmanager
+    def reusing_prefixes(self) -> Iterator[None]:
+        """Keep each call's rows (prompt and generated tokens) for the next call to reuse their keys and
+        values: open it over calls made with the **same weights**, e.g. the turns of one batch of episodes.
+        Does nothing when :attr:`reuse_prefixes` is off."""
+        if not self.reuse_prefixes:
+            yield
+            return
+        self._keeping, self._bank = True, None
+        try:
+            yield
+        finally:
+            self._keeping, self._bank = False, None
 
     def _pack(
         self,

@@ -103,7 +103,9 @@ class Trainer:
         self.loss_parts = resolve_loss_components(cfg)
         self.models = build_policy_models(cfg, self.world, self.resume_from)
         self.model, self.tokenizer = self.models.train_module, self.models.tokenizer
-        self.engine = TransformersEngine(self.models.generation_model, self.tokenizer)
+        self.engine = TransformersEngine(
+            self.models.generation_model, self.tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse
+        )
         a = cfg.algorithm
         self.generator = torch.Generator().manual_seed(derived_seed(cfg.seed, self.world.rank))
         self.advantage_fn = ADVANTAGE_ESTIMATORS.get(a.advantage.id)
