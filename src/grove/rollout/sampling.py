@@ -1,17 +1,18 @@
 """Drawing one token per row from next-token logits: exact, reproducible and cheap on a CPU.
 
 The sampler is exact (a token is drawn with exactly its probability under the tempered, optionally
-truncated policy, up to float64 rounding), reproducible (one ``torch.rand`` draw per row from the caller's
+truncated policy, up to float rounding: see below), reproducible (one ``torch.rand`` draw per row from the caller's
 ``torch.Generator``), and never picks a token of probability zero. It is **inverse-CDF sampling in two
 levels**: the vocabulary is cut into chunks of :data:`CHUNK` tokens; the draw ``u ∈ [0, Σw)`` first finds its
 chunk in the cumulative chunk masses (``[rows, V / CHUNK]``), then its token in the cumulative weights of that
 one chunk (``[rows, CHUNK]``), so no float64 copy of the ``[rows, V]`` weights and no full-vocabulary
-``cumsum`` is formed. On the 2-core CPU this measured the same speed as the one-level version (sampling is
-0.4–0.8 s of a 9 s generation of 64 × 64 tokens; docs/benchmarks.md, issue 16).
+``cumsum`` is formed. The chunk masses are summed in float32 (each chunk's probability carries a relative
+rounding error of about 1e-7) and accumulated in float64; the search inside a chunk runs in float64.
 
-On the untruncated path the sampler makes two passes over the ``[rows, V]`` logits (the max, then one ``exp``
-that writes the unnormalised weights) plus one reduction; the recorded log-prob of the drawn token is
-``z_t − max − log Σ exp(z − max)``, the same formula ``log_softmax`` evaluates, with the sum taken in float64.
+On the untruncated path the sampler makes two passes over the ``[rows, V]`` logits (the max, then one
+subtraction that upcasts bf16 logits while it writes float32, exponentiated in place) plus one reduction; the
+recorded log-prob of the drawn token is ``(z_t − max) / T − log Σ exp((z − max) / T)``, the formula
+``log_softmax(z / T)`` evaluates, with the sum accumulated in float64.
 ``torch.multinomial`` is not used: it draws vocabulary-sized exponentials (slow on CPU) and its stream is
 not stable across versions.
 """
@@ -61,7 +62,7 @@ def inverse_cdf_sample(weights: Tensor, generator: torch.Generator) -> tuple[Ten
     if chunks * CHUNK != vocab:  # pad the last chunk with zero weights (never drawn)
         weights = F.pad(weights, (0, chunks * CHUNK - vocab))
     blocks = weights.view(rows, chunks, CHUNK)
-    chunk_mass = blocks.sum(-1, dtype=torch.float64)  # [rows, chunks]
+    chunk_mass = blocks.sum(-1).double()  # [rows, chunks]: summed in the weights' precision, then float64
     chunk_cdf = chunk_mass.cumsum(-1)
     total = chunk_cdf[:, -1:]
     u = torch.rand((rows, 1), generator=generator, dtype=torch.float64, device=generator.device)
@@ -88,18 +89,25 @@ def sample_tokens(
     recorded is ``log_softmax(logits / T)[token]`` before truncation: the distribution the trainer
     recomputes (see :mod:`grove.rollout.hf_engine`).
     """
-    logits = logits.float()
+    raw = logits
     if temperature == 0:
+        logits = logits.float()
         tokens = logits.argmax(dim=-1)
         picked = logits.gather(-1, tokens[:, None]).squeeze(1)
         return tokens, picked - torch.logsumexp(logits, dim=-1)
-    scaled = logits / temperature if temperature != 1.0 else logits
     if top_k > 0 or top_p < 1.0:
-        logp = torch.log_softmax(scaled, dim=-1)
+        logits = logits.float()
+        logp = torch.log_softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)
         tokens, _ = inverse_cdf_sample(filter_logits(logp, top_k, top_p).exp(), generator)
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)
-    peak = scaled.amax(dim=-1, keepdim=True)
-    weights = torch.sub(scaled, peak).exp_()  # unnormalised probabilities, the largest exactly 1
-    tokens, mass = inverse_cdf_sample(weights, generator)
-    picked = scaled.gather(-1, tokens[:, None]).squeeze(1) - peak.squeeze(1)
+    # (z - max) / T in float32, read straight from the model's logits (bf16 ones are upcast by the subtraction,
+    # not copied first); the largest weight is exactly 1
+    peak = raw.amax(dim=-1, keepdim=True).float()
+    weights = torch.sub(raw, peak)
+    if temperature != 1.0:
+        weights.div_(temperature)
+    tokens, mass = inverse_cdf_sample(weights.exp_(), generator)
+    picked = raw.gather(-1, tokens[:, None]).squeeze(1).float() - peak.squeeze(1)
+    if temperature != 1.0:
+        picked = picked / temperature
     return tokens, picked - mass.log().float()
