@@ -17,6 +17,11 @@ and the read bandwidth of a 1 GB sum. The floors (docs/benchmarks.md, issue 16):
   max is at least the max of the sums, so the printed floor is a lower bound) plus the prefill's
   ``2 · N_body · prompt tokens``.
 
+``--decode-steps-timed`` loads SmolLM2 and times its real one-token decode step (100 cached tokens) at one row
+and at ``--decode-rows`` rows: the one-row step is the fixed cost every step pays whatever the batch (the
+operator calls of 30 layers dispatched from Python, plus streaming the weights once), printed as a share of
+the full step.
+
 ``--measured PRECISION:GEN_S:UPDATE_S`` adds the measured phase times (e.g. from ``benchmarks/vs_trl.py``)
 and prints each phase's efficiency (floor ÷ measured).
 """
@@ -54,6 +59,29 @@ def read_gbps() -> float:
     return buf.numel() * 4 / best_seconds(buf.sum) / 1e9
 
 
+def decode_step_ms(model, rows: int, context: int, dtype: torch.dtype) -> float:
+    """Median wall time of one one-token decode step of ``model`` (cast to ``dtype``) for ``rows`` rows over a
+    ``context``-token KV cache: the real step, with its ~600 operator calls, not just its matmuls."""
+    from transformers.cache_utils import DynamicCache
+
+    from grove.rollout.decode_attention import use_decode_attention
+
+    model = model.to(dtype).eval()
+    use_decode_attention(model)
+    ids = torch.randint(100, 1000, (rows, context))
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        times = []
+        for step in range(12):
+            mask = torch.ones(rows, context + step + 1, dtype=torch.long)
+            start = time.perf_counter()
+            model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=torch.full((rows, 1), context + step),
+                  past_key_values=cache, use_cache=True)
+            times.append(time.perf_counter() - start)
+    return sorted(times[2:])[len(times[2:]) // 2] * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -63,6 +91,8 @@ def main() -> None:
     parser.add_argument("--decode-rows", type=int, default=64, help="rows of a full decode step")
     parser.add_argument("--train-rows", type=int, default=400, help="tokens of one packed micro-batch")
     parser.add_argument("--measured", action="append", default=[], metavar="PRECISION:GEN_S:UPDATE_S")
+    parser.add_argument("--decode-steps-timed", action="store_true",
+                        help="also time the model's real decode step at 1 and --decode-rows rows (loads SmolLM2)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = json.loads((resolve_model_path("smollm2-135m") / "config.json").read_text())
@@ -95,6 +125,19 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name, tp, dp, uf, ufl, st, co, gf in rows:
         print(f"| {name} | {tp:.0f} | {dp:.0f} | {uf / 1e12:.2f} T | {ufl:.2f} | {st:.2f} | {co:.2f} | {gf:.2f} |")
+    if args.decode_steps_timed:
+        from grove.models.pretrained import load_policy
+
+        model, _ = load_policy("smollm2-135m")
+        print(f"\n| precision | decode step, 1 row ms | decode step, {args.decode_rows} rows ms | its matmul floor ms "
+              f"| fixed share of the {args.decode_rows}-row step |")
+        print("|---|---|---|---|---|")
+        for name, dtype, _size in (("fp32", torch.float32, 4), ("bf16", torch.bfloat16, 2)):
+            one = decode_step_ms(model, 1, 100, dtype)
+            full = decode_step_ms(model, args.decode_rows, 100, dtype)
+            decode_peak = next(r[2] for r in rows if r[0] == name)
+            floor = 2 * (n_body + n_head) * args.decode_rows / (decode_peak * 1e9) * 1000
+            print(f"| {name} | {one:.1f} | {full:.1f} | {floor:.1f} | {one / full:.0%} |")
     floors = {r[0]: (r[7], r[4]) for r in rows}
     if args.measured:
         print("\n| precision | phase | floor s | measured s | of floor |")
