@@ -57,6 +57,7 @@ def test_shared_batch_prefix_is_prefilled_once_and_samples_the_same(policy, coun
     full = _generate(model, tokenizer, prompts, reuse=False)
     # the shared 40 tokens once as one row, then each prompt's tail right-aligned (widest tail 9)
     assert prefills == [40, 4 * 9] and seen[0] == 4 * 49
+    assert ours.prompt_tokens_reused == 3 * 40 and full.prompt_tokens_reused == 0  # 40 shared tokens run once
     assert torch.equal(ours.response_ids, full.response_ids)
     torch.testing.assert_close(ours.logprobs, full.logprobs, atol=1e-5, rtol=1e-5)
     assert torch.equal(ours.prompt_ids, full.prompt_ids) and torch.equal(ours.prompt_mask, full.prompt_mask)
@@ -91,6 +92,7 @@ def test_next_call_reuses_the_previous_rows_like_a_conversation(policy, counting
     reference = plain.generate(second, 1, sampling, torch.Generator().manual_seed(1))
     # cached: prompt + the first 4 sampled tokens (the 5th was never run); run: the 5th + the reply (widest 8)
     assert reused_prefill == 3 * (1 + 7) and seen[0] == 3 * max(len(s) for s in second)
+    assert turn2.prompt_tokens_reused == sum(len(s) for s in second) - sum(1 + len(r) for r in replies)
     assert torch.equal(turn2.response_ids, reference.response_ids)
     torch.testing.assert_close(turn2.logprobs, reference.logprobs, atol=1e-5, rtol=1e-5)
     assert engine._bank is None and not engine._keeping  # nothing outlives the context
@@ -151,6 +153,7 @@ def test_episodes_with_reuse_equal_episodes_without(policy, counting, mode):
 
     from grove.envs.actions import ParsedAction
     from grove.experience.conversation import ConversationPrompter
+    from grove.experience.episode_metrics import rollout_timing
     from grove.experience.episodes import run_episodes
     from grove.experience.per_step_prompts import PerStepPrompter
 
@@ -176,6 +179,10 @@ def test_episodes_with_reuse_equal_episodes_without(policy, counting, mode):
 
     reused, reused_tokens = play(True)
     whole, whole_tokens = play(False)
+    assert 0 < reused.prompt_tokens_reused < reused.prompt_tokens == whole.prompt_tokens
+    assert whole.prompt_tokens_reused < reused.prompt_tokens_reused  # identical turn-0 prompts only
+    fraction = rollout_timing([reused])["prompt_tokens_reused_fraction"]
+    assert fraction == reused.prompt_tokens_reused / reused.prompt_tokens
     turns = [[t.action_ids for t in traj.turns] for traj in whole.trajectories]
     assert turns == [[t.action_ids for t in traj.turns] for traj in reused.trajectories]
     assert max(len(t) for t in turns) > 1  # several turns were played

@@ -258,6 +258,8 @@ def test_identical_prompts_are_prefilled_once_and_sample_like_a_fan_out(policy, 
     finally:
         del engine.model.forward
     assert prefill_rows == [2, 2, 1, 1]
+    assert repeated.prompt_tokens_reused == 2 * len(a) and as_copies.prompt_tokens_reused == 2 * len(a)
+    assert distinct.prompt_tokens_reused == 0 and fan_out.prompt_tokens_reused == 0  # n samples share by design
     assert torch.equal(as_copies.response_ids, fan_out.response_ids)
     assert torch.equal(as_copies.logprobs, fan_out.logprobs)
     assert repeated.prompt_index.tolist() == [0, 1, 2, 3] and distinct.prompt_index.tolist() == [0, 1]

@@ -60,9 +60,12 @@ def anchor_metrics(batch: RolloutBatch) -> dict[str, float]:
 
 
 def rollout_timing(runs: Sequence[EpisodeRun]) -> dict[str, float]:
-    """Generation and environment time of a step's rounds of episodes, environment steps/s, errors."""
+    """Generation and environment time of a step's rounds of episodes, environment steps/s, errors, and the
+    share of the turns' context tokens whose keys and values were reused instead of prefilled."""
     env_seconds = sum(r.environment_seconds for r in runs)
     return {
+        "prompt_tokens_reused_fraction": sum(r.prompt_tokens_reused for r in runs)
+        / max(sum(r.prompt_tokens for r in runs), 1),
         "generation_seconds": sum(r.generation_seconds for r in runs),
         "environment_seconds": env_seconds,
         "environment_steps_per_second": sum(r.environment_steps for r in runs) / max(env_seconds, 1e-9),

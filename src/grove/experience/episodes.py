@@ -162,6 +162,8 @@ class EpisodeRun:
     generated_tokens: int
     environment_steps: int
     errors: int
+    prompt_tokens: int = 0  # context tokens of every turn's generate call
+    prompt_tokens_reused: int = 0  # of those, taken from the engine's cache (rollout.prefix_reuse)
 
 
 class _ErrorLog:
@@ -259,7 +261,7 @@ def run_episodes(
     prompters: list[Prompter] = []
     observations: list[Observation | None] = []
     env_seconds = gen_seconds = 0.0
-    tokens = env_steps = errors = 0
+    tokens = env_steps = errors = prompt_tokens = reused_tokens = 0
     for g, (task_id, seed) in enumerate(starts):
         for slot in range(group_size):
             traj = Trajectory(group=g, slot=slot, task_id=task_id, seed=seed)
@@ -296,6 +298,8 @@ def run_episodes(
             out = engine.generate(contexts, 1, sampling, generator)
             gen_seconds += out.seconds
             tokens += out.num_generated_tokens
+            prompt_tokens += sum(len(c) for c in contexts)
+            reused_tokens += out.prompt_tokens_reused
             lengths = out.response_mask.sum(1).tolist()
             all_ids, all_logprobs = out.response_ids.tolist(), out.logprobs.tolist()  # one conversion per turn
             t0 = time.perf_counter()
@@ -339,4 +343,4 @@ def run_episodes(
     calls.close()
     for traj, prompter in zip(trajectories, prompters, strict=True):
         traj.samples = prompter.samples() if traj.turns else []
-    return EpisodeRun(trajectories, gen_seconds, env_seconds, tokens, env_steps, errors)
+    return EpisodeRun(trajectories, gen_seconds, env_seconds, tokens, env_steps, errors, prompt_tokens, reused_tokens)

@@ -73,7 +73,9 @@ class RolloutOutput:
     * ``logprobs`` ``[M, R]`` sampling-time log-probs of the response tokens, 0 at pads;
     * ``finish_reasons`` one of ``"eos"``, ``"stop"``, ``"length"`` per row;
     * ``texts`` the decoded completions (special tokens skipped);
-    * ``prompt_index`` ``[M]`` which input prompt each row answers.
+    * ``prompt_index`` ``[M]`` which input prompt each row answers;
+    * ``prompt_tokens_reused``: how many of the ``B`` prompts' tokens the engine did not run through the model
+      (identical prompts prefilled once, prefixes taken from its cache; 0 for engines without either).
     """
 
     prompt_ids: Tensor
@@ -86,6 +88,7 @@ class RolloutOutput:
     prompt_index: Tensor
     num_generated_tokens: int
     seconds: float
+    prompt_tokens_reused: int = 0
 
     @property
     def num_samples(self) -> int:

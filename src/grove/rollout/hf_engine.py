@@ -127,10 +127,10 @@ class TransformersEngine(RolloutEngine):
         self.model.eval()  # no dropout, and gradient checkpointing would otherwise disable the KV cache
         try:
             with torch.inference_mode():
-                tokens, logprobs, lengths, reasons = self._decode(prompt_ids, prompt_mask, n, sampling, generator)
+                decoded = self._decode(prompt_ids, prompt_mask, n, sampling, generator)
         finally:
             self.model.train(was_training)
-        return self._pack(prompt_ids, prompt_mask, n, len(prompt_token_ids), tokens, logprobs, lengths, reasons, start)
+        return self._pack(prompt_ids, prompt_mask, n, len(prompt_token_ids), *decoded, start)
 
     def _decode(
         self,
@@ -139,9 +139,9 @@ class TransformersEngine(RolloutEngine):
         n: int,
         sampling: SamplingParams,
         generator: torch.Generator,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The prefill + decode loop: ``tokens``, ``logprobs [rows, max_new_tokens]``, ``lengths`` and
-        finish-reason codes ``[rows]`` (global row order)."""
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
+        """The prefill + decode loop: ``tokens``, ``logprobs [rows, max_new_tokens]``, ``lengths``,
+        finish-reason codes ``[rows]`` (global row order) and how many prompt tokens were reused."""
         device = self.device
         total = prompt_ids.shape[0] * n
         eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
@@ -155,7 +155,8 @@ class TransformersEngine(RolloutEngine):
             fan_out = row_of.repeat_interleave(n)  # the distinct prompt each of the B * n rows continues
         else:
             fan_out = torch.arange(len(ids), device=device).repeat_interleave(n)
-        cache, logits, layout, attn, next_pos = self._prefill(ids, attn)
+        cache, logits, layout, attn, next_pos, tokens_run = self._prefill(ids, attn)
+        reused_tokens = int(prompt_mask.sum()) - tokens_run
         logits = logits[fan_out]
         if n > 1 or len(distinct) < len(prompt_ids):
             cache.batch_select_indices(fan_out)
@@ -204,7 +205,7 @@ class TransformersEngine(RolloutEngine):
             next_pos = next_pos + 1
         if self._keeping:
             self._bank = KVBank.concat(kept)
-        return tokens, logprobs, lengths, reasons
+        return tokens, logprobs, lengths, reasons, reused_tokens
 
     # ------------------------------------------------------------------ prefill and prefix reuse
     def _run(self, ids: Tensor, attn: Tensor, positions: Tensor, cache: DynamicCache) -> Tensor:
@@ -221,9 +222,9 @@ class TransformersEngine(RolloutEngine):
         )
         return out.logits[:, -1, :]
 
-    def _prefill(self, ids: Tensor, attn: Tensor) -> tuple[DynamicCache, Tensor, Tensor, Tensor, Tensor]:
+    def _prefill(self, ids: Tensor, attn: Tensor) -> tuple[DynamicCache, Tensor, Tensor, Tensor, Tensor, int]:
         """Run the (distinct, left-padded) prompts through the model: ``(cache, last logits [N, V], the token
-        id at each cached position [N, T], attention mask [N, T], next position [N])``.
+        id at each cached position [N, T], attention mask [N, T], next position [N], prompt tokens run)``.
 
         With :attr:`reuse_prefixes`, a prompt whose first tokens are cached (a row of the previous call inside
         :meth:`reusing_prefixes`, or the prefix every prompt of this call shares) takes their keys and values
@@ -232,8 +233,8 @@ class TransformersEngine(RolloutEngine):
         if plan is None:
             positions = (attn.cumsum(-1) - 1).clamp(min=0)
             cache = DynamicCache(config=self.model.config)
-            return cache, self._run(ids, attn, positions, cache), ids, attn, positions[:, -1] + 1
-        bank, rows, reused, prompts, prompt_lengths = plan
+            return cache, self._run(ids, attn, positions, cache), ids, attn, positions[:, -1] + 1, int(attn.sum())
+        bank, rows, reused, prompts, prompt_lengths, shared_run = plan
         layers, prefix_mask = assemble_prefixes(bank, rows, reused)
         self._bank = None  # the next call keeps this call's rows (free the old ones before decoding)
         prefix_tokens = prompts.gather(1, (prefix_mask.cumsum(1) - 1).clamp(min=0))
@@ -248,11 +249,11 @@ class TransformersEngine(RolloutEngine):
         mask = torch.cat([prefix_mask, new_mask], dim=1)
         logits = self._run(new_ids, mask, new_positions, cache)
         layout = torch.cat([prefix_tokens.masked_fill(prefix_mask == 0, self.pad_token_id), new_ids], dim=1)
-        return cache, logits, layout, mask, prompt_lengths
+        return cache, logits, layout, mask, prompt_lengths, int(new.sum()) + shared_run
 
-    def _reuse_plan(self, ids: Tensor, attn: Tensor) -> tuple[KVBank, Tensor, Tensor, Tensor, Tensor] | None:
+    def _reuse_plan(self, ids: Tensor, attn: Tensor) -> tuple[KVBank, Tensor, Tensor, Tensor, Tensor, int] | None:
         """Which cached prefix each prompt reuses: ``(bank, bank row [N], reused tokens [N], prompts left-aligned
-        [N, W], prompt lengths [N])``, or ``None`` when no prompt would reuse at least
+        [N, W], prompt lengths [N], tokens run to make a shared prefix)``, or ``None`` when no prompt would reuse at least
         :data:`~grove.rollout.prefix_cache.MIN_REUSED_TOKENS` tokens."""
         prompt_lengths = attn.sum(1)
         width = ids.shape[1]
@@ -266,6 +267,7 @@ class TransformersEngine(RolloutEngine):
             reused, rows = longest_common_prefix(prompts, prompt_lengths, bank)
             reused = reused.masked_fill(reused < MIN_REUSED_TOKENS, 0)
         fresh = (reused == 0).nonzero().flatten()
+        shared_run = 0
         if len(fresh) > 1:
             shared = shared_batch_prefix(prompts[fresh], prompt_lengths[fresh])
             if shared >= MIN_REUSED_TOKENS:
@@ -278,9 +280,10 @@ class TransformersEngine(RolloutEngine):
                 rows[fresh] = 0 if bank is None else bank.rows
                 bank = made if bank is None else KVBank.concat([bank, made])
                 reused[fresh] = shared
+                shared_run = shared
         if bank is None or not bool((reused > 0).any()):
             return None
-        return bank, rows, reused, prompts, prompt_lengths
+        return bank, rows, reused, prompts, prompt_lengths, shared_run
 
     def _cached_rows(self, cache: DynamicCache, rows: Tensor, attn: Tensor, layout: Tensor) -> KVBank:
         """The cache rows selected by ``rows`` (bool), compacted for reuse by the next call."""
@@ -313,6 +316,7 @@ class TransformersEngine(RolloutEngine):
         logprobs: Tensor,
         lengths: Tensor,
         reasons: Tensor,
+        reused_tokens: int,
         start: float,
     ) -> RolloutOutput:
         width = int(lengths.max())
@@ -330,4 +334,5 @@ class TransformersEngine(RolloutEngine):
             prompt_index=torch.arange(num_prompts).repeat_interleave(n),
             num_generated_tokens=int(lengths.sum()),
             seconds=time.perf_counter() - start,
+            prompt_tokens_reused=reused_tokens,
         )
