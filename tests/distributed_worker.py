@@ -54,7 +54,7 @@ class ScriptedEngine(TransformersEngine):
                 tokens[i * n + j, :length] = torch.cat([torch.tensor(word, dtype=torch.long), tail])
                 lengths[i * n + j] = length
         logprobs = torch.full((rows, width), -1.0)
-        return tokens, logprobs, lengths, torch.zeros(rows, dtype=torch.long)
+        return tokens, logprobs, lengths, torch.zeros(rows, dtype=torch.long), 0  # no prompt tokens reused
 
 
 def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
