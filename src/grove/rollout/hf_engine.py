@@ -1,9 +1,10 @@
 """A batched sampling loop on a plain transformers causal LM with a :class:`DynamicCache` (no ``generate``).
 
 The ``B`` prompts are prefilled once each, identical ones once together (left-padded, ``position_ids =
-cumsum(mask) - 1``, the same positions :func:`grove.models.forward.policy_forward` uses), the cache is fanned
-out to ``n`` samples per prompt, and tokens are decoded step by step with one forward for all still-running
-rows. Finished rows are dropped from the cache and the batch, so they cost no further work. Randomness comes only from the
+cumsum(mask) - 1``, the same positions :func:`grove.models.forward.policy_forward` uses; cached prefixes are
+reused, :mod:`grove.rollout.prefix_cache`), the cache is fanned out to ``n`` samples per prompt, and tokens
+are decoded step by step with one forward for all still-running rows. Finished rows are dropped from the
+cache and the batch, so they cost no further work. Randomness comes only from the
 caller's ``torch.Generator`` (one uniform draw per row and step, inverse-CDF sampling), so a seeded
 generator reproduces a rollout exactly (for a fixed device / thread count).
 
@@ -160,7 +161,7 @@ class TransformersEngine(RolloutEngine):
         logits = logits[fan_out]
         if n > 1 or len(distinct) < len(prompt_ids):
             cache.batch_select_indices(fan_out)
-        layout, attn, next_pos = layout[fan_out], attn[fan_out], next_pos[fan_out]
+        prompt_layout, attn, next_pos = layout[fan_out], attn[fan_out], next_pos[fan_out]  # by global row
         kept: list[KVBank] = []  # rows kept for the next call (inside reusing_prefixes)
 
         active = torch.arange(total, device=device)  # global row of each running row
@@ -186,7 +187,10 @@ class TransformersEngine(RolloutEngine):
             last = step == sampling.max_new_tokens - 1
             if self._keeping and (last or done.any()):  # the rows leaving the cache, for the next call
                 leaving = torch.ones_like(done) if last else done
-                kept.append(self._cached_rows(cache, leaving, attn, layout))
+                # the cache holds each row's prompt layout, then the tokens fed so far (those of steps < step)
+                rows = active[leaving]
+                layout = torch.cat([prompt_layout[rows], tokens[rows, :step]], dim=1)
+                kept.append(self._cached_rows(cache, leaving, attn[leaving], layout))
             if last:
                 break
             if done.any():
@@ -194,9 +198,8 @@ class TransformersEngine(RolloutEngine):
                 if len(keep) == 0:
                     break
                 cache.batch_select_indices(keep)
-                active, tok, attn, next_pos, layout = active[keep], tok[keep], attn[keep], next_pos[keep], layout[keep]
+                active, tok, attn, next_pos = active[keep], tok[keep], attn[keep], next_pos[keep]
             attn = torch.cat([attn, attn.new_ones(len(active), 1)], dim=1)
-            layout = torch.cat([layout, tok[:, None]], dim=1)
             out = self.model(
                 input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
                 past_key_values=cache, use_cache=True,
@@ -213,8 +216,8 @@ class TransformersEngine(RolloutEngine):
 
         The last position is picked with an index tensor, not ``logits_to_keep=1``: the slice ``[:, -1:]`` of
         ``[rows, T, H]`` hidden states is not contiguous, and a linear layer on it runs as a batched matmul over
-        ``rows`` expanded copies of the output projection's weight (0.8 s per prefill of 8 prompts in bf16 for
-        SmolLM2); the index gives a contiguous ``[rows, 1, H]`` and one matrix product."""
+        ``rows`` expanded copies of the output projection's weight (a prefill of 8 SmolLM2 prompts in bf16 took
+        916 ms instead of 396 ms); the index gives a contiguous ``[rows, 1, H]`` and one matrix product."""
         last = torch.tensor([ids.shape[1] - 1], device=ids.device)
         out = self.model(
             input_ids=ids, attention_mask=attn, position_ids=positions,
@@ -230,13 +233,14 @@ class TransformersEngine(RolloutEngine):
         :meth:`reusing_prefixes`, or the prefix every prompt of this call shares) takes their keys and values
         and only its remaining tokens are run (:mod:`grove.rollout.prefix_cache`)."""
         plan = self._reuse_plan(ids, attn) if self.reuse_prefixes else None
+        self._bank = None  # the plan holds what it reuses; this call's rows replace the rest after decoding
         if plan is None:
             positions = (attn.cumsum(-1) - 1).clamp(min=0)
             cache = DynamicCache(config=self.model.config)
             return cache, self._run(ids, attn, positions, cache), ids, attn, positions[:, -1] + 1, int(attn.sum())
         bank, rows, reused, prompts, prompt_lengths, shared_run = plan
         layers, prefix_mask = assemble_prefixes(bank, rows, reused)
-        self._bank = None  # the next call keeps this call's rows (free the old ones before decoding)
+        del bank, plan
         prefix_tokens = prompts.gather(1, (prefix_mask.cumsum(1) - 1).clamp(min=0))
         new = prompt_lengths - reused  # tokens still to run, >= 1 each
         width = int(new.max())
@@ -244,7 +248,8 @@ class TransformersEngine(RolloutEngine):
         offset = width - new[:, None]
         new_mask = (column >= offset).long()
         new_positions = reused[:, None] + (column - offset).clamp(min=0)
-        new_ids = prompts.gather(1, new_positions.clamp(max=prompts.shape[1] - 1)).masked_fill(new_mask == 0, self.pad_token_id)
+        new_ids = prompts.gather(1, new_positions.clamp(max=prompts.shape[1] - 1))
+        new_ids = new_ids.masked_fill(new_mask == 0, self.pad_token_id)
         cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
         mask = torch.cat([prefix_mask, new_mask], dim=1)
         logits = self._run(new_ids, mask, new_positions, cache)
@@ -252,14 +257,15 @@ class TransformersEngine(RolloutEngine):
         return cache, logits, layout, mask, prompt_lengths, int(new.sum()) + shared_run
 
     def _reuse_plan(self, ids: Tensor, attn: Tensor) -> tuple[KVBank, Tensor, Tensor, Tensor, Tensor, int] | None:
-        """Which cached prefix each prompt reuses: ``(bank, bank row [N], reused tokens [N], prompts left-aligned
-        [N, W], prompt lengths [N], tokens run to make a shared prefix)``, or ``None`` when no prompt would reuse at least
-        :data:`~grove.rollout.prefix_cache.MIN_REUSED_TOKENS` tokens."""
+        """Which cached prefix each prompt reuses: ``(bank, bank row [N], reused tokens [N], prompts
+        left-aligned [N, W], prompt lengths [N], tokens run to make a shared prefix)``, or ``None`` when no
+        prompt would reuse at least :data:`~grove.rollout.prefix_cache.MIN_REUSED_TOKENS` tokens."""
         prompt_lengths = attn.sum(1)
         width = ids.shape[1]
         column = torch.arange(width, device=ids.device)[None, :]
         start = width - prompt_lengths[:, None]
-        prompts = ids.gather(1, (column + start).clamp(max=width - 1)).masked_fill(column >= prompt_lengths[:, None], -2)
+        prompts = ids.gather(1, (column + start).clamp(max=width - 1))
+        prompts = prompts.masked_fill(column >= prompt_lengths[:, None], -2)
         reused = torch.zeros_like(prompt_lengths)
         rows = torch.zeros_like(prompt_lengths)
         bank = self._bank
@@ -273,10 +279,9 @@ class TransformersEngine(RolloutEngine):
             if shared >= MIN_REUSED_TOKENS:
                 prefix = prompts[fresh[0], :shared][None]
                 one = DynamicCache(config=self.model.config)
-                mask = torch.ones_like(prefix)
-                self._run(prefix, mask, (mask.cumsum(1) - 1), one)
-                layers = [(layer.keys, layer.values) for layer in one.layers]
-                made = compact_rows([k for k, _ in layers], [v for _, v in layers], mask, prefix)
+                self._run(prefix, torch.ones_like(prefix), torch.arange(shared, device=ids.device)[None], one)
+                made = KVBank(prefix, torch.tensor([shared], device=ids.device), [lay.keys for lay in one.layers],
+                              [lay.values for lay in one.layers])
                 rows[fresh] = 0 if bank is None else bank.rows
                 bank = made if bank is None else KVBank.concat([bank, made])
                 reused[fresh] = shared
@@ -286,10 +291,10 @@ class TransformersEngine(RolloutEngine):
         return bank, rows, reused, prompts, prompt_lengths, shared_run
 
     def _cached_rows(self, cache: DynamicCache, rows: Tensor, attn: Tensor, layout: Tensor) -> KVBank:
-        """The cache rows selected by ``rows`` (bool), compacted for reuse by the next call."""
+        """The cache rows selected by ``rows`` (bool), compacted for reuse by the next call; ``attn`` and
+        ``layout`` (the token id at each cached position) are those rows' already."""
         return compact_rows(
-            [layer.keys[rows] for layer in cache.layers], [layer.values[rows] for layer in cache.layers],
-            attn[rows], layout[rows],
+            [layer.keys[rows] for layer in cache.layers], [layer.values[rows] for layer in cache.layers], attn, layout
         )
 
     @contextmanager

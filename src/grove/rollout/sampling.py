@@ -89,25 +89,24 @@ def sample_tokens(
     recorded is ``log_softmax(logits / T)[token]`` before truncation: the distribution the trainer
     recomputes (see :mod:`grove.rollout.hf_engine`).
     """
-    raw = logits
     if temperature == 0:
-        logits = logits.float()
-        tokens = logits.argmax(dim=-1)
-        picked = logits.gather(-1, tokens[:, None]).squeeze(1)
-        return tokens, picked - torch.logsumexp(logits, dim=-1)
+        full = logits.float()
+        tokens = full.argmax(dim=-1)
+        picked = full.gather(-1, tokens[:, None]).squeeze(1)
+        return tokens, picked - torch.logsumexp(full, dim=-1)
     if top_k > 0 or top_p < 1.0:
-        logits = logits.float()
-        logp = torch.log_softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)
+        full = logits.float()
+        logp = torch.log_softmax(full / temperature if temperature != 1.0 else full, dim=-1)
         tokens, _ = inverse_cdf_sample(filter_logits(logp, top_k, top_p).exp(), generator)
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)
     # (z - max) / T in float32, read straight from the model's logits (bf16 ones are upcast by the subtraction,
     # not copied first); the largest weight is exactly 1
-    peak = raw.amax(dim=-1, keepdim=True).float()
-    weights = torch.sub(raw, peak)
+    peak = logits.amax(dim=-1, keepdim=True).float()
+    weights = torch.sub(logits, peak)
     if temperature != 1.0:
         weights.div_(temperature)
     tokens, mass = inverse_cdf_sample(weights.exp_(), generator)
-    picked = raw.gather(-1, tokens[:, None]).squeeze(1).float() - peak.squeeze(1)
+    picked = logits.gather(-1, tokens[:, None]).squeeze(1).float() - peak.squeeze(1)
     if temperature != 1.0:
         picked = picked / temperature
     return tokens, picked - mass.log().float()
