@@ -18,9 +18,10 @@ and the read bandwidth of a 1 GB sum. The floors (docs/benchmarks.md, issue 16):
   ``2 · N_body · prompt tokens``.
 
 ``--decode-steps-timed`` loads SmolLM2 and times its real one-token decode step (100 cached tokens) at one row
-and at ``--decode-rows`` rows: the one-row step is the fixed cost every step pays whatever the batch (the
-operator calls of 30 layers dispatched from Python, plus streaming the weights once), printed as a share of
-the full step.
+and at ``--decode-rows`` rows, in fp32, bf16, and bf16 with the linear weights prepacked as the generation copy
+holds them (``rollout.prepacked_weights``): the one-row step is the fixed cost every step pays whatever the
+batch (the operator calls of 30 layers, oneDNN's per-call weight reorder of plain bf16 products, and streaming
+the weights once), printed as a share of the full step.
 
 ``--measured PRECISION:GEN_S:UPDATE_S`` adds the measured phase times (e.g. from ``benchmarks/vs_trl.py``)
 and prints each phase's efficiency (floor ÷ measured).
@@ -132,10 +133,15 @@ def main() -> None:
         print(f"\n| precision | decode step, 1 row ms | decode step, {args.decode_rows} rows ms | its matmul floor ms "
               f"| fixed share of the {args.decode_rows}-row step |")
         print("|---|---|---|---|---|")
-        for name, dtype, _size in (("fp32", torch.float32, 4), ("bf16", torch.bfloat16, 2)):
-            one = decode_step_ms(model, 1, 100, dtype)
-            full = decode_step_ms(model, args.decode_rows, 100, dtype)
-            decode_peak = next(r[2] for r in rows if r[0] == name)
+        from grove.rollout.generation_weights import GenerationWeights
+
+        variants = (("fp32", "fp32", torch.float32, False), ("bf16", "bf16", torch.bfloat16, False),
+                    ("bf16 prepacked", "bf16", torch.bfloat16, True))
+        for name, precision, dtype, prepack in variants:
+            step_model = GenerationWeights(model, dtype, prepack=True).model if prepack else model
+            one = decode_step_ms(step_model, 1, 100, dtype)
+            full = decode_step_ms(step_model, args.decode_rows, 100, dtype)
+            decode_peak = next(r[2] for r in rows if r[0] == precision)
             floor = 2 * (n_body + n_head) * args.decode_rows / (decode_peak * 1e9) * 1000
             print(f"| {name} | {one:.1f} | {full:.1f} | {floor:.1f} | {one / full:.0%} |")
     floors = {r[0]: (r[7], r[4]) for r in rows}

@@ -333,6 +333,7 @@ def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path, monkeyp
     import torch
 
     from grove.config import load_config
+    from grove.rollout.prepacked_linear import prepacking_supported
     from grove.training import trainer as trainer_module
     from grove.training.trainer import Trainer
 
@@ -358,9 +359,15 @@ def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path, monkeyp
     metrics = trainer.train_step()
     assert sizes_during_update == [0]
     assert metrics["logprob_mismatch_max"] > 1e-4  # sampled by the bf16 copy, trained in fp32
-    for p_copy, p_policy in zip(copy_model.parameters(), trainer.model.parameters(), strict=True):
-        assert torch.equal(p_copy, p_policy.detach().to(torch.bfloat16))
-    if copy_model.config.tie_word_embeddings:  # the rebuilt copy keeps the embedding and the head one tensor
+    policy_params = dict(trainer.models.causal_lm.named_parameters())
+    for name, p_copy in copy_model.named_parameters():
+        assert torch.equal(p_copy, policy_params[name].detach().to(torch.bfloat16))
+    prepacked = trainer.models.generation_weights.prepacked  # rollout.prepacked_weights: the linear layers
+    assert len(prepacked) == (7 * copy_model.config.num_hidden_layers + 1 if prepacking_supported(torch.bfloat16, "cpu")
+                              else 0)
+    for layer in prepacked:
+        assert torch.equal(layer.packed.to_dense(), policy_params[layer.source].detach().to(torch.bfloat16))
+    if copy_model.config.tie_word_embeddings and not prepacked:  # the rebuilt copy keeps the head tied
         assert copy_model.lm_head.weight is copy_model.get_input_embeddings().weight
 
 

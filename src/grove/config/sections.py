@@ -86,6 +86,12 @@ class RolloutConfig(Section):
         "during the update (faster decode; larger rollout-vs-training log-prob mismatch). null (default): on when "
         "train.precision is bf16, off in fp32.",
     )
+    prepacked_weights: bool = Field(
+        True,
+        description="On a CPU, hold the bfloat16 generation copy's linear weights in oneDNN's blocked layout, packed "
+        "once per refresh instead of on every product (same values, faster decode). Applies only where there is a "
+        "bf16 copy (rollout.bf16_weights) and oneDNN has bf16 kernels; false uses plain linear layers.",
+    )
     prefix_reuse: bool = Field(
         True,
         description="Prefill a prompt's cached prefix from its keys and values instead of running it again: the "

@@ -17,6 +17,11 @@ Between phases the copy is **released** (:meth:`release`, called by the trainer 
 collected) and rebuilt by the next :meth:`refresh` (after the optimizer step): the update, the peak of a bf16
 step, then holds no generation copy (0.27 GB for the 135M default in bf16, 0.54 GB for an fp32 FSDP2 replica).
 Rebuilding costs one cast of the weights per optimizer step, the same pass the in-place copy made.
+
+With ``prepack=True`` (``rollout.prepacked_weights``, on by default where supported: a bfloat16 copy on a CPU
+whose oneDNN has bfloat16 kernels) the copy's linear layers hold their weights in oneDNN's blocked layout
+(:mod:`grove.rollout.prepacked_linear`): same values, 1.25–1.5× faster products at decode shapes; each refresh
+packs the new weights again (≈ 0.15 s for the 135M default).
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+
+from grove.rollout.prepacked_linear import PrepackedLinear, prepack_linear_layers, prepacking_supported
 
 __all__ = ["GenerationWeights"]
 
@@ -33,21 +40,30 @@ class GenerationWeights:
     """``.model``: a frozen copy of ``policy`` (bfloat16 by default); :meth:`refresh` copies the current weights
     into it, gathering sharded (DTensor) parameters in full."""
 
-    def __init__(self, policy: nn.Module, dtype: torch.dtype = torch.bfloat16) -> None:
+    def __init__(self, policy: nn.Module, dtype: torch.dtype = torch.bfloat16, *, prepack: bool = False) -> None:
         self.dtype = dtype
         self.model = copy.deepcopy(policy).to(dtype).eval().requires_grad_(False)
         self.released = False
+        self.prepacked: list[PrepackedLinear] = []
+        device = next(self.model.parameters()).device
+        if prepack and prepacking_supported(dtype, device):
+            names = {id(param): name for name, param in self.model.named_parameters()}
+            with torch.no_grad():
+                self.prepacked = prepack_linear_layers(self.model, names)
         self.refresh(policy)
 
     @torch.no_grad()
     def refresh(self, policy: nn.Module) -> None:
         """Copy the current weights of ``policy`` into the copy (re-allocating them if it was released)."""
-        for target, source in zip(self.model.parameters(), policy.parameters(), strict=True):
-            full = source.full_tensor() if hasattr(source, "full_tensor") else source
+        sources = dict(policy.named_parameters())
+        for name, target in self.model.named_parameters():
+            full = _full(sources[name])
             if self.released:
                 target.data = full.detach().to(dtype=self.dtype, copy=True)
             else:
                 target.copy_(full)  # cast to the copy's dtype in place
+        for layer in self.prepacked:
+            layer.repack(_full(sources[layer.source]))
         self.released = False
 
     def release(self) -> None:
@@ -55,4 +71,11 @@ class GenerationWeights:
         parameters are one tensor and are freed once)."""
         for param in self.model.parameters():
             param.data = torch.empty(0, dtype=self.dtype, device=param.device)
+        for layer in self.prepacked:
+            layer.release()
         self.released = True
+
+
+def _full(param: Tensor) -> Tensor:
+    """A parameter's full tensor (gathered from its shards under FSDP2)."""
+    return param.full_tensor() if hasattr(param, "full_tensor") else param

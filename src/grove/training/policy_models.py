@@ -123,10 +123,12 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
     causal_lm.to(world.device)
     sharded = world.distributed and cfg.distributed.strategy == "fsdp2"
     generation_weights = None
+    prepack = cfg.rollout.prepacked_weights
     if sharded:  # decode on a full replica, not through the shards
-        generation_weights = GenerationWeights(causal_lm, torch.bfloat16 if generates_from_bf16_copy(cfg) else dtype)
+        copy_dtype = torch.bfloat16 if generates_from_bf16_copy(cfg) else dtype
+        generation_weights = GenerationWeights(causal_lm, copy_dtype, prepack=prepack)
     elif generates_from_bf16_copy(cfg):
-        generation_weights = GenerationWeights(causal_lm)
+        generation_weights = GenerationWeights(causal_lm, prepack=prepack)
     train_module, strategy = wrap_for_training(ResponseLogprobModule(causal_lm), cfg.distributed.strategy, world)
     reference = None
     if needs_reference_model(cfg):  # β = 0 loads none, unless the policy loss reads ref_logprobs
