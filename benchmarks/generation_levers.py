@@ -35,13 +35,15 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16", help="the generation copy's dtype")
     parser.add_argument("--eos", action="store_true", help="stop rows at EOS (work then varies with the samples)")
     args = parser.parse_args()
     configure_runtime(args.threads, "retain")
     policy, tokenizer = load_policy("smollm2-135m")
     eos = None if args.eos else []
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     engines = {
-        v: TransformersEngine(GenerationWeights(policy, prepack=v == "prepacked").model, tokenizer, eos_token_ids=eos)
+        v: TransformersEngine(GenerationWeights(policy, dtype, prepack=v == "prepacked").model, tokenizer, eos_token_ids=eos)
         for v in args.variants
     }
     prompts = [

@@ -18,10 +18,11 @@ needs_onednn_bf16 = pytest.mark.skipif(
 )
 
 
-def test_prepacking_applies_to_bf16_on_cpu_only():
-    assert not prepacking_supported(torch.float32, "cpu")
+def test_prepacking_applies_to_fp32_and_bf16_on_cpu_only():
     assert not prepacking_supported(torch.bfloat16, "cuda")
+    assert not prepacking_supported(torch.float32, "cuda")
     assert not prepacking_supported(torch.float16, "cpu")
+    assert prepacking_supported(torch.float32, "cpu") == torch.backends.mkldnn.is_available()
 
 
 @needs_onednn_bf16
@@ -46,13 +47,13 @@ def test_adapter_layers_keep_their_base_linear():
         def __init__(self):
             super().__init__()
             self.base_layer = nn.Linear(8, 8)
-            self.lora_A = nn.Linear(8, 2, bias=False)
+            self.lora_A = nn.ModuleDict({"default": nn.Linear(8, 2, bias=False)})
 
     model = nn.Sequential(nn.Linear(8, 8), Adapter()).to(torch.bfloat16)
     names = {id(p): n for n, p in model.named_parameters()}
     replaced = prepack_linear_layers(model, names)
     assert [layer.source for layer in replaced] == ["0.weight"]
-    assert type(model[1].base_layer) is nn.Linear and type(model[1].lora_A) is nn.Linear
+    assert type(model[1].base_layer) is nn.Linear and type(model[1].lora_A["default"]) is nn.Linear
 
 
 @needs_onednn_bf16
@@ -99,9 +100,25 @@ def test_prepacked_generation_copy_equals_the_plain_copy(tmp_path, tied):
         assert torch.equal(layer.packed.to_dense(), sources[layer.source].detach().to(torch.bfloat16))
 
 
-def test_prepack_is_ignored_for_an_fp32_copy(tmp_path):
+@pytest.mark.skipif(not prepacking_supported(torch.float32, "cpu"), reason="no oneDNN")
+def test_prepacked_fp32_copy_matches_the_policy_up_to_summation_order(tmp_path):
+    """fp32: the same products summed in oneDNN's order, so logits and sampled log-probs equal the policy's to
+    float32 rounding (not bit for bit)."""
     from grove.models.tiny import create_tiny_model_dir
 
-    policy, _ = load_policy(str(create_tiny_model_dir(tmp_path / "m")))
+    policy, tokenizer = load_policy(str(create_tiny_model_dir(tmp_path / "m", initializer_range=0.2)))
     weights = GenerationWeights(policy, torch.float32, prepack=True)
-    assert weights.prepacked == [] and type(weights.model.lm_head) is nn.Linear
+    assert len(weights.prepacked) == 7 * policy.config.num_hidden_layers + 1
+    ids = torch.randint(5, 300, (3, 11))
+    with torch.inference_mode():
+        torch.testing.assert_close(weights.model(input_ids=ids).logits, policy(input_ids=ids).logits,
+                                   rtol=1e-5, atol=1e-5)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12)
+    outs = [
+        TransformersEngine(model, tokenizer, eos_token_ids=[]).generate(
+            [[7, 8, 9, 10], [11, 12]], 3, sampling, torch.Generator().manual_seed(4)
+        )
+        for model in (policy, weights.model)
+    ]
+    assert torch.equal(outs[0].response_ids, outs[1].response_ids)
+    torch.testing.assert_close(outs[0].logprobs, outs[1].logprobs, rtol=0, atol=1e-5)

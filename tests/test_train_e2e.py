@@ -383,6 +383,29 @@ def test_bf16_precision_generates_from_a_bf16_copy_by_default(tiny_model, tmp_pa
     assert not generates_from_bf16_copy(off)
 
 
+def test_fp32_on_cpu_generates_from_a_prepacked_copy(tiny_model, tmp_path):
+    """rollout.prepacked_weights (default): without a bf16 copy, a CPU run decodes from a copy in the policy's
+    dtype with prepacked linear layers, freed during the update; false decodes through the policy itself."""
+    import torch
+
+    from grove.config import load_config
+    from grove.rollout.prepacked_linear import prepacking_supported
+    from grove.training.trainer import Trainer
+
+    if not prepacking_supported(torch.float32, "cpu"):
+        pytest.skip("no oneDNN")
+    args = [a for a in base_overrides(tiny_model, tmp_path / "on") if a != "--set"]
+    trainer = Trainer(load_config("examples/arithmetic.yaml", args), tmp_path / "on")
+    weights = trainer.models.generation_weights
+    assert trainer.engine.model is weights.model and weights.dtype == torch.float32 and weights.prepacked
+    trainer.step = 1
+    metrics = trainer.train_step()
+    assert metrics["logprob_mismatch_max"] < 1e-4  # fp32 on both sides, summed in different orders
+    off = [a for a in base_overrides(tiny_model, tmp_path / "off") if a != "--set"] + ["rollout.prepacked_weights=false"]
+    plain = Trainer(load_config("examples/arithmetic.yaml", off), tmp_path / "off")
+    assert plain.models.generation_weights is None and plain.engine.model is plain.models.causal_lm
+
+
 def test_multi_objective_run_logs_every_objective_and_plots_them(tiny_model, tmp_path, monkeypatch):
     """Two objectives from one user reward, combined by the gdpo preset: per-objective metrics, held-out means,
     the objectives panel, and `grove eval`'s per-objective table."""

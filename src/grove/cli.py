@@ -290,6 +290,14 @@ def config_show(
             _fail(_user_message(exc))
 
 
+def _on_gpu(cfg: GroveConfig) -> bool:
+    """Whether the run's ranks use CUDA (``distributed.device``; ``auto`` when CUDA is available)."""
+    import torch
+
+    device = cfg.distributed.device
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
 def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
     import psutil
 
@@ -332,6 +340,7 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
         reference_model=needs_reference_model(cfg) and lora is None,  # LoRA: the base with adapters disabled
         compute_bytes=2 if t.precision == "bf16" else 4,
         bf16_generation_copy=generates_from_bf16_copy(cfg),
+        packed_generation_copy=cfg.rollout.prepacked_weights and not _on_gpu(cfg),
         activation_checkpointing=t.activation_checkpointing,
         bf16_moments=cfg.optim.state_dtype == "bf16",
         logit_cache_bytes=int(t.logit_cache_mb * 2**20),

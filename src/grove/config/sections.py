@@ -88,9 +88,10 @@ class RolloutConfig(Section):
     )
     prepacked_weights: bool = Field(
         True,
-        description="On a CPU, hold the bfloat16 generation copy's linear weights in oneDNN's blocked layout, packed "
-        "once per refresh instead of on every product (same values, faster decode). Applies only where there is a "
-        "bf16 copy (rollout.bf16_weights) and oneDNN has bf16 kernels; false uses plain linear layers.",
+        description="On a CPU, generate from linear weights held in oneDNN's blocked layout, packed once per "
+        "optimizer step instead of inside every product (faster decode): the bf16 copy's layers (rollout.bf16_weights; "
+        "bit-identical), or without a bf16 copy a copy of the policy in its own dtype, freed during the update (fp32: "
+        "the same products summed in oneDNN's order). false decodes through plain linear layers.",
     )
     prefix_reuse: bool = Field(
         True,

@@ -4,8 +4,10 @@ The estimate adds the resident pieces of a training step for a decoder-only tran
 
 * policy weights, gradients and AdamW's two moments (float32 master copies: 4 × 4 bytes/param; 2 × 2 bytes
   for the moments with ``optim.state_dtype: bf16``);
-* the bf16 generation copy (on by default under ``train.precision: bf16``); it is freed while the update runs
-  and the KV cache lives only during generation, so adding both to the update's pieces errs on the safe side;
+* the bf16 generation copy (on by default under ``train.precision: bf16``), or on a CPU without it the copy in
+  the model's dtype whose linear weights are prepacked (``rollout.prepacked_weights``); it is freed while the
+  update runs and the KV cache lives only during generation, so adding both to the update's pieces errs on the
+  safe side;
 * the reference model's weights when β > 0;
 * with LoRA (``model.lora``, :mod:`grove.models.lora`): the full weights, frozen (no gradient, no AdamW
   state), plus the adapters with their gradients and AdamW moments (4 × 4 bytes per adapter parameter,
@@ -132,6 +134,7 @@ class RunShape:
     reference_model: bool
     compute_bytes: int = 4  # 2 under bf16 autocast
     bf16_generation_copy: bool = False  # rollout.bf16_weights
+    packed_generation_copy: bool = False  # rollout.prepacked_weights without a bf16 copy: a copy in the model's dtype
     logits_chunk: int = DEFAULT_CHUNK_SIZE
     logit_cache_bytes: int = DEFAULT_CACHE_BYTES  # train.logit_cache_mb
     lora_params: int | None = None  # adapter parameters with model.lora (lora_parameter_count); None: full fine-tuning
@@ -164,6 +167,9 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         # with LoRA the reference policy is the same weights with the adapters disabled: no copy
         "reference model": 4.0 * m.num_params * share if r.reference_model and not lora else 0.0,
         "bf16 generation copy": 2.0 * m.num_params if r.bf16_generation_copy and not sharded else 0.0,
+        "prepacked generation copy": (
+            4.0 * m.num_params if r.packed_generation_copy and not r.bf16_generation_copy and not sharded else 0.0
+        ),
         "activations (one micro-batch)": float(
             tokens * (m.layers * m.hidden + per_token_layer if r.activation_checkpointing else m.layers * per_token_layer)
             * r.compute_bytes

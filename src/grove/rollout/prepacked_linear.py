@@ -27,15 +27,17 @@ ROWS_HINT = 64  # the batch size oneDNN picks the blocked layout for (a full dec
 
 
 def prepacking_supported(dtype: torch.dtype, device: torch.device | str) -> bool:
-    """Whether linear weights of ``dtype`` on ``device`` can be prepacked: bfloat16 on a CPU whose oneDNN has
-    bfloat16 kernels."""
-    if torch.device(device).type != "cpu" or dtype != torch.bfloat16:
+    """Whether linear weights of ``dtype`` on ``device`` can be prepacked: float32, or bfloat16 where oneDNN has
+    bfloat16 kernels, on a CPU with oneDNN."""
+    if torch.device(device).type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
         return False
     if not torch.backends.mkldnn.is_available():
         return False
     ops = torch.ops.mkldnn
     try:
-        return bool(ops._is_mkldnn_bf16_supported()) and hasattr(ops, "_reorder_linear_weight")
+        if not hasattr(ops, "_reorder_linear_weight"):
+            return False
+        return dtype == torch.float32 or bool(ops._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
 
@@ -80,10 +82,11 @@ def prepack_linear_layers(model: nn.Module, parameter_names: dict[int, str]) -> 
     ``parameter_names`` maps ``id(weight)`` to the weight's name in the policy the copy mirrors. Linear layers
     that are part of an adapter (a parent with a ``base_layer``, as peft's LoRA layers have) are left alone:
     the adapter reads its base layer's weight."""
+    adapters = [name for name, module in model.named_modules() if hasattr(module, "base_layer")]
     replaced: list[PrepackedLinear] = []
-    for parent in list(model.modules()):
-        if hasattr(parent, "base_layer"):
-            continue
+    for parent_name, parent in list(model.named_modules()):
+        if any(parent_name == a or parent_name.startswith(f"{a}.") for a in adapters):
+            continue  # inside an adapter layer (its base layer, lora_A / lora_B dictionaries, ...)
         for name, child in list(parent.named_children()):
             if type(child) is not nn.Linear or hasattr(child, "base_layer"):
                 continue

@@ -8,8 +8,9 @@ generation runs on; plus loading them from and writing them to a checkpoint.
   :func:`grove.distributed.strategies.wrap_for_training`.
 * Reference policy (β > 0 or a loss reading reference log-probs): with LoRA, the training module itself with
   its adapters disabled (no second copy); otherwise a second frozen model, sharded like the policy under FSDP2.
-* Generation: the policy itself (one process, DDP), a bfloat16 copy (``rollout.bf16_weights``), or, under
-  FSDP2, a full replica refreshed from the shards after each optimizer step.
+* Generation: a bfloat16 copy (``rollout.bf16_weights``); on a CPU otherwise a copy in the policy's dtype whose
+  linear weights are prepacked for oneDNN (``rollout.prepacked_weights``); under FSDP2 a full replica refreshed
+  from the shards after each optimizer step; else the policy itself (a GPU, or prepacking off).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from grove.models.logprob_module import ResponseLogprobModule
 from grove.models.lora import adapters_disabled, apply_lora, load_adapter_weights, save_adapter
 from grove.models.pretrained import load_policy
 from grove.rollout.generation_weights import GenerationWeights
+from grove.rollout.prepacked_linear import prepacking_supported
 
 __all__ = ["PolicyModels", "build_policy_models"]
 
@@ -129,6 +131,8 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
         generation_weights = GenerationWeights(causal_lm, copy_dtype, prepack=prepack)
     elif generates_from_bf16_copy(cfg):
         generation_weights = GenerationWeights(causal_lm, prepack=prepack)
+    elif prepack and prepacking_supported(dtype, world.device):  # decode from a prepacked copy (freed in the update)
+        generation_weights = GenerationWeights(causal_lm, dtype, prepack=True)
     train_module, strategy = wrap_for_training(ResponseLogprobModule(causal_lm), cfg.distributed.strategy, world)
     reference = None
     if needs_reference_model(cfg):  # β = 0 loads none, unless the policy loss reads ref_logprobs
