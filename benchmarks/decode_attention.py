@@ -25,6 +25,17 @@ from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine
 
 
+def arithmetic_chat_prompts(tokenizer, count: int = 8) -> list[list[int]]:
+    """The token ids of ``count`` chat-templated two-number additions (the generation benchmarks' prompts)."""
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"What is {7 * i} + {13 * i}? Answer with just the number."}],
+            add_generation_prompt=True, tokenize=True, return_dict=True,
+        )["input_ids"]
+        for i in range(count)
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
@@ -37,13 +48,7 @@ def main() -> None:
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
-    prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"What is {7 * i} + {13 * i}? Answer with just the number."}],
-            add_generation_prompt=True, tokenize=True, return_dict=True,
-        )["input_ids"]
-        for i in range(8)
-    ]
+    prompts = arithmetic_chat_prompts(tokenizer)
     engine = TransformersEngine(model, tokenizer, eos_token_ids=[])
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.tokens)
     seconds: dict[str, list[float]] = {"sdpa": [], "grove_sdpa": []}

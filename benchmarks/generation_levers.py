@@ -19,6 +19,7 @@ import statistics
 import time
 
 import torch
+from decode_attention import arithmetic_chat_prompts  # this directory (benchmarks are run as scripts)
 
 from grove.infra.runtime import configure_runtime
 from grove.models.pretrained import load_policy
@@ -46,13 +47,7 @@ def main() -> None:
         v: TransformersEngine(GenerationWeights(policy, dtype, prepack=v == "prepacked").model, tokenizer, eos_token_ids=eos)
         for v in args.variants
     }
-    prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"What is {7 * i} + {13 * i}? Answer with just the number."}],
-            add_generation_prompt=True, tokenize=True, return_dict=True,
-        )["input_ids"]
-        for i in range(8)
-    ]
+    prompts = arithmetic_chat_prompts(tokenizer)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.tokens)
     seconds: dict[str, list[float]] = {v: [] for v in args.variants}
     tokens: dict[str, list[int]] = {v: [] for v in args.variants}
