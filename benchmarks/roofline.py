@@ -128,13 +128,12 @@ def main() -> None:
         print(f"| {name} | {tp:.0f} | {dp:.0f} | {uf / 1e12:.2f} T | {ufl:.2f} | {st:.2f} | {co:.2f} | {gf:.2f} |")
     if args.decode_steps_timed:
         from grove.models.pretrained import load_policy
+        from grove.rollout.generation_weights import GenerationWeights
 
         model, _ = load_policy("smollm2-135m")
         print(f"\n| precision | decode step, 1 row ms | decode step, {args.decode_rows} rows ms | its matmul floor ms "
               f"| fixed share of the {args.decode_rows}-row step |")
         print("|---|---|---|---|---|")
-        from grove.rollout.generation_weights import GenerationWeights
-
         variants = (("fp32", "fp32", torch.float32, False), ("bf16", "bf16", torch.bfloat16, False),
                     ("bf16 prepacked", "bf16", torch.bfloat16, True))
         for name, precision, dtype, prepack in variants:

@@ -22,6 +22,11 @@ def test_breakdown_by_hand():
     assert parts["bf16 generation copy"] == 0
     with_copy = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "bf16_generation_copy": True}))
     assert with_copy["bf16 generation copy"] == 2000 and with_copy["total"] == parts["total"] + 2000
+    # rollout.prepacked_weights without a bf16 copy: a copy in the model's dtype; with one, that copy is packed
+    packed = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "packed_generation_copy": True}))
+    assert packed["prepacked generation copy"] == 4000 and packed["total"] == parts["total"] + 4000
+    both = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "packed_generation_copy": True, "bf16_generation_copy": True}))
+    assert both["prepacked generation copy"] == 0 and both["total"] == with_copy["total"]
     # shared prefix: one group's prompt (5) + 4 completions × 3 new tokens = 17 tokens
     assert parts["activations (one micro-batch)"] == 17 * 2 * per_token_layer * 4
     assert parts["generation KV cache"] == 2 * 2 * 2 * 8 * (5 + 3) * 4

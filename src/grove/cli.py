@@ -290,22 +290,17 @@ def config_show(
             _fail(_user_message(exc))
 
 
-def _on_gpu(cfg: GroveConfig) -> bool:
-    """Whether the run's ranks use CUDA (``distributed.device``; ``auto`` when CUDA is available)."""
-    import torch
-
-    device = cfg.distributed.device
-    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
-
-
 def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
     import psutil
+    import torch
 
     import grove.builtin_components  # noqa: F401
     from grove.config.derived import generates_from_bf16_copy, needs_reference_model
+    from grove.distributed.world import uses_cuda
     from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes, lora_parameter_count
     from grove.models.pretrained import resolve_model_path
     from grove.rollout.engine import encode_prompts
+    from grove.rollout.prepacked_linear import prepacking_supported
     from grove.tasks.task import build_task
 
     if cfg.source_id == "environment":
@@ -340,7 +335,8 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
         reference_model=needs_reference_model(cfg) and lora is None,  # LoRA: the base with adapters disabled
         compute_bytes=2 if t.precision == "bf16" else 4,
         bf16_generation_copy=generates_from_bf16_copy(cfg),
-        packed_generation_copy=cfg.rollout.prepacked_weights and not _on_gpu(cfg),
+        packed_generation_copy=cfg.rollout.prepacked_weights and not uses_cuda(cfg.distributed.device)
+        and prepacking_supported(getattr(torch, cfg.model.dtype), "cpu"),
         activation_checkpointing=t.activation_checkpointing,
         bf16_moments=cfg.optim.state_dtype == "bf16",
         logit_cache_bytes=int(t.logit_cache_mb * 2**20),

@@ -165,6 +165,11 @@ def _is_collective_failure(exc: BaseException) -> bool:
     return any(s in text for s in ("timed out", "timeout", "gloo", "nccl", "connection closed", "connection reset"))
 
 
+def uses_cuda(device: str) -> bool:
+    """Whether ranks placed with ``distributed.device`` = ``device`` run on CUDA (``auto``: when CUDA is available)."""
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
 def init_world(timeout_seconds: float = 1800.0, device: str = "auto") -> World:
     """Join the process group the launcher describes, or return the one-process world.
 
@@ -173,7 +178,7 @@ def init_world(timeout_seconds: float = 1800.0, device: str = "auto") -> World:
     rank = int(os.environ.get("RANK", "0"))
     size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
-    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    use_cuda = uses_cuda(device)
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("distributed.device is 'cuda' but torch sees no CUDA device; use 'auto' or 'cpu'")
     placed = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1)) if use_cuda else torch.device("cpu")

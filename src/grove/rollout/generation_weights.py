@@ -18,10 +18,11 @@ collected) and rebuilt by the next :meth:`refresh` (after the optimizer step): t
 step, then holds no generation copy (0.27 GB for the 135M default in bf16, 0.54 GB for an fp32 FSDP2 replica).
 Rebuilding costs one cast of the weights per optimizer step, the same pass the in-place copy made.
 
-With ``prepack=True`` (``rollout.prepacked_weights``, on by default where supported: a bfloat16 copy on a CPU
-whose oneDNN has bfloat16 kernels) the copy's linear layers hold their weights in oneDNN's blocked layout
-(:mod:`grove.rollout.prepacked_linear`): same values, 1.25–1.5× faster products at decode shapes; each refresh
-packs the new weights again (≈ 0.15 s for the 135M default).
+With ``prepack=True`` (``rollout.prepacked_weights``, on by default; it applies to a float32 or bfloat16 copy
+on a CPU with oneDNN, bfloat16 only where oneDNN has bfloat16 kernels) the copy's linear layers hold their
+weights in oneDNN's blocked layout (:mod:`grove.rollout.prepacked_linear`): bit-identical in bf16, float32
+rounding in fp32, 1.5–2× faster products at decode shapes; each refresh packs the new weights again (≈ 0.15 s
+for the 135M default).
 """
 
 from __future__ import annotations

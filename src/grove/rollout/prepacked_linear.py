@@ -1,4 +1,4 @@
-"""Linear layers of a frozen bfloat16 generation model with their weights prepacked in oneDNN's blocked layout.
+"""Linear layers of a frozen generation model with their weights prepacked in oneDNN's blocked layout (CPU).
 
 On the CPU, a bfloat16 ``F.linear`` hands the ``[out, in]`` weight to oneDNN, which reorders it into its
 blocked layout on **every call**: at decode shapes (1 to 64 rows) that reorder costs as much as the product.
@@ -6,8 +6,11 @@ A profile of one SmolLM2-135M decode step in bf16 on the 2-core CPU puts 72% of 
 the 64-row step in these products (docs/benchmarks.md, issue 16). Reordering each weight once, when the
 generation copy is (re)built, with ``torch.ops.mkldnn._reorder_linear_weight``, and running the product with
 ``torch.ops.mkldnn._linear_pointwise`` (the pair PyTorch's own inductor uses for frozen CPU linear layers)
-gives **the same values bit for bit**, 1.25–1.5× faster per product (210 distinct SmolLM2 body weights: 20.8
-→ 15.8 ms at 1 row, 57.4 → 43.3 ms at 64 rows).
+gives, for the 210 SmolLM2 body products interleaved 7×:
+
+* bfloat16: **the same values bit for bit**, 41.3 → 20.6 ms at 1 row (2.0×), 90.5 → 59.0 ms at 64 rows (1.53×);
+* float32 (against MKL's sgemm): the same products summed in oneDNN's order (differences at float32 rounding,
+  ≈ 1e-4 on logits), 40.0 → 30.4 ms at 1 row, 160.6 → 92.5 ms at 64 rows (1.74×).
 
 The packed weight is an opaque oneDNN tensor: it cannot be deep-copied, saved, moved or trained, so only a
 frozen copy that is rebuilt from the policy after each optimizer step uses it
@@ -80,15 +83,15 @@ def prepack_linear_layers(model: nn.Module, parameter_names: dict[int, str]) -> 
     """Replace every plain ``nn.Linear`` of ``model`` by a :class:`PrepackedLinear` of its weight; returns them.
 
     ``parameter_names`` maps ``id(weight)`` to the weight's name in the policy the copy mirrors. Linear layers
-    that are part of an adapter (a parent with a ``base_layer``, as peft's LoRA layers have) are left alone:
-    the adapter reads its base layer's weight."""
-    adapters = [name for name, module in model.named_modules() if hasattr(module, "base_layer")]
+    anywhere inside an adapter (a module with a ``base_layer``, as peft's LoRA layers are: the base layer and
+    the ``lora_A`` / ``lora_B`` dictionaries) are left alone: the adapter reads their weights."""
+    in_adapters = {id(m) for a in model.modules() if hasattr(a, "base_layer") for m in a.modules()}
     replaced: list[PrepackedLinear] = []
-    for parent_name, parent in list(model.named_modules()):
-        if any(parent_name == a or parent_name.startswith(f"{a}.") for a in adapters):
-            continue  # inside an adapter layer (its base layer, lora_A / lora_B dictionaries, ...)
+    for parent in list(model.modules()):
+        if id(parent) in in_adapters:
+            continue
         for name, child in list(parent.named_children()):
-            if type(child) is not nn.Linear or hasattr(child, "base_layer"):
+            if type(child) is not nn.Linear:
                 continue
             packed = PrepackedLinear(child.weight, child.bias, parameter_names[id(child.weight)])
             setattr(parent, name, packed)
