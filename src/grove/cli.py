@@ -283,11 +283,28 @@ def config_show(
     for key, value in cfg.derived().items():
         table.add_row(key, str(value))
     console.print(table)
+    _print_precision_warning(cfg)
     if memory:
         try:
             _print_memory_plan(cfg, processes)
         except _user_errors() as exc:
             _fail(_user_message(exc))
+
+
+def _run_device(cfg: GroveConfig) -> str:
+    """The device type one rank of this config runs on (``distributed.device``, ``auto`` resolved here)."""
+    from grove.distributed.world import uses_cuda
+
+    return "cuda" if uses_cuda(cfg.distributed.device) else "cpu"
+
+
+def _print_precision_warning(cfg: GroveConfig) -> None:
+    from grove.config.derived import generates_from_bf16_copy
+    from grove.infra.precision import slow_bf16_warning
+
+    warning = slow_bf16_warning(cfg.train.precision, generates_from_bf16_copy(cfg), _run_device(cfg))
+    if warning is not None:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
 
 
 def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
@@ -296,7 +313,6 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
 
     import grove.builtin_components  # noqa: F401
     from grove.config.derived import generates_from_bf16_copy, needs_reference_model
-    from grove.distributed.world import uses_cuda
     from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes, lora_parameter_count
     from grove.models.pretrained import resolve_model_path
     from grove.rollout.engine import encode_prompts
@@ -335,7 +351,7 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
         reference_model=needs_reference_model(cfg) and lora is None,  # LoRA: the base with adapters disabled
         compute_bytes=2 if t.precision == "bf16" else 4,
         bf16_generation_copy=generates_from_bf16_copy(cfg),
-        packed_generation_copy=cfg.rollout.prepacked_weights and not uses_cuda(cfg.distributed.device)
+        packed_generation_copy=cfg.rollout.prepacked_weights and _run_device(cfg) == "cpu"
         and prepacking_supported(getattr(torch, cfg.model.dtype), "cpu"),
         activation_checkpointing=t.activation_checkpointing,
         bf16_moments=cfg.optim.state_dtype == "bf16",
@@ -354,10 +370,13 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
     console.print(table)
     available = psutil.virtual_memory().available
     if parts["total"] + GiB > available:
+        from grove.infra.precision import native_bf16_products
+
+        bf16 = "use train.precision: bf16, " if native_bf16_products(_run_device(cfg)) else ""  # slow without
         err.print(
             f"[yellow]warning:[/yellow] the run needs about {parts['total'] / GiB + 1:.1f} GiB (estimate + 1 GiB "
-            f"runtime) but {available / GiB:.1f} GiB are available; lower train.micro_batch_size, use "
-            "train.precision: bf16, or shorten rollout.max_new_tokens"
+            f"runtime) but {available / GiB:.1f} GiB are available; lower train.micro_batch_size, {bf16}"
+            "or shorten rollout.max_new_tokens"
         )
 
 

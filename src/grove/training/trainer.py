@@ -13,6 +13,7 @@ reduces gradients across ranks, and rank 0 alone writes logs, evaluations and ch
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import time
@@ -25,11 +26,12 @@ import torch
 import grove.builtin_components  # noqa: F401
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig
+from grove.config.derived import generates_from_bf16_copy
 from grove.distributed.world import World, derived_seed, init_world
 from grove.evaluation.evaluate import EvalResult
 from grove.experience import SourceContext, build_experience_source
 from grove.infra import fault_points
-from grove.infra.precision import autocast
+from grove.infra.precision import autocast, slow_bf16_warning
 from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
 from grove.infra.runtime import configure_runtime, release_host_memory
@@ -52,6 +54,8 @@ from grove.training.run_checkpoint import (
     save_run_checkpoint,
 )
 from grove.training.stop_signals import StopRequests
+
+log = logging.getLogger(__name__)
 
 
 def seed_everything(seed: int) -> None:
@@ -98,6 +102,9 @@ class Trainer:
             )
         self.resume_from = prepare_run_dir(cfg, run_dir, self.world, resume)
         configure_runtime(cfg.threads, cfg.host_allocator)
+        slow_bf16 = slow_bf16_warning(cfg.train.precision, generates_from_bf16_copy(cfg), self.world.device)
+        if slow_bf16 is not None and self.world.is_main:
+            log.warning("warning: %s", slow_bf16)
         seed_everything(cfg.seed)
 
         self.loss_parts = resolve_loss_components(cfg)
