@@ -17,7 +17,9 @@ Each worker prints one JSON line; the parent prints per-step medians (the first 
 reported separately as warm-up), phases, generated tokens/s, peak RSS and the same-precision ratios.
 ``--device cuda --model DIR`` runs the same comparison on a GPU with a local model directory (peak GPU
 memory is then reported too); ``--set KEY=VALUE`` passes overrides to the grove workers (e.g.
-``--set rollout.bf16_weights=false`` for bf16 generation under autocast from the fp32 weights).
+``--set rollout.bf16_weights=false`` for bf16 generation under autocast from the fp32 weights). Where bf16 products
+are not native (an AVX2-only CPU: ``grove.infra.precision.native_bf16_products``), the default leaves the bf16
+workers out; name them with ``--impls`` to run them anyway.
 """
 
 from __future__ import annotations
@@ -192,7 +194,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="A/B alternations")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per process (the first is warm-up)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--impls", nargs="+", default=IMPLS, choices=IMPLS)
+    parser.add_argument("--impls", nargs="+", default=None, choices=IMPLS,
+                        help="default: all, without the bf16 workers where bf16 products are not native (an AVX2 CPU)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--model", default=None, help="a local model directory (default: the embedded SmolLM2)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -208,6 +211,17 @@ def main() -> None:
             result = worker_grove(args.worker, args.steps, args.threads, precision, args.device, args.model, extra)
         print("RESULT " + json.dumps(result), flush=True)
         return
+    import torch
+
+    from grove.infra.precision import native_bf16_products
+
+    native_bf16 = native_bf16_products(args.device)
+    print(f"device {args.device}" + (f" (PyTorch CPU capability {torch.backends.cpu.get_cpu_capability()})"
+                                     if args.device == "cpu" else "") + f"; native bf16 products: {native_bf16}")
+    if args.impls is None:  # bf16 without native products takes hours and measures a reference loop
+        args.impls = [i for i in IMPLS if native_bf16 or "bf16" not in i]
+        if not native_bf16:
+            print("bf16 workers left out: bf16 products are not native here (name them with --impls to run them)")
     results = []
     for r in range(args.rounds):
         for impl in args.impls:
