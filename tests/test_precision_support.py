@@ -68,3 +68,15 @@ def test_trainer_logs_the_warning(monkeypatch, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="grove.training.trainer"):
         Trainer(cfg, tmp_path / "run")
     assert any("set train.precision: fp32" in r.getMessage() for r in caplog.records)
+
+
+def test_grove_eval_warns_for_bf16_without_native_products(monkeypatch, tmp_path):
+    monkeypatch.setattr(precision, "_onednn_has_bf16", lambda: False)
+    path = create_tiny_model_dir(tmp_path / "m")
+    args = ["eval", "--model", str(path), "--config", "examples/arithmetic.yaml", "--max-examples", "2",
+            "--set", "threads=1", "--set", "task.eval_size=2", "--set", "rollout.max_new_tokens=2"]
+    fp32 = CliRunner().invoke(app, args)
+    bf16 = CliRunner().invoke(app, [*args, "--set", "train.precision=bf16"])
+    assert fp32.exit_code == 0 and bf16.exit_code == 0, bf16.output
+    assert "bf16 matrix products" not in fp32.output
+    assert "train.precision: bf16 asks" in bf16.output and "set train.precision: fp32" in bf16.output

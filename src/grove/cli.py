@@ -198,6 +198,7 @@ def eval_(
     from grove.rollout.hf_engine import TransformersEngine
 
     configure_runtime(cfg.threads, cfg.host_allocator)
+    _print_precision_warning(cfg.train.precision, False, "cpu")  # generation under the precision's autocast
     model = model or cfg.model.name
     user_errors = _user_errors()
     try:
@@ -283,7 +284,9 @@ def config_show(
     for key, value in cfg.derived().items():
         table.add_row(key, str(value))
     console.print(table)
-    _print_precision_warning(cfg)
+    from grove.config.derived import generates_from_bf16_copy
+
+    _print_precision_warning(cfg.train.precision, generates_from_bf16_copy(cfg), _run_device(cfg))
     if memory:
         try:
             _print_memory_plan(cfg, processes)
@@ -298,11 +301,11 @@ def _run_device(cfg: GroveConfig) -> str:
     return "cuda" if uses_cuda(cfg.distributed.device) else "cpu"
 
 
-def _print_precision_warning(cfg: GroveConfig) -> None:
-    from grove.config.derived import generates_from_bf16_copy
+def _print_precision_warning(precision: str, bf16_copy: bool, device: str) -> None:
+    """Warn where ``train.precision`` or a bf16 generation copy asks for bf16 products ``device`` lacks."""
     from grove.infra.precision import slow_bf16_warning
 
-    warning = slow_bf16_warning(cfg.train.precision, generates_from_bf16_copy(cfg), _run_device(cfg))
+    warning = slow_bf16_warning(precision, bf16_copy, device)
     if warning is not None:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
 
