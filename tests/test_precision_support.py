@@ -1,4 +1,5 @@
-"""bf16 on hardware without native bf16 products: detection and the warning `grove train` / `config show` print."""
+"""bf16 on hardware without native bf16 products: detection, and the warning `grove train`, `grove config show` and
+`grove eval` print."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ corrects for it.
 bf16 is only fast where the hardware multiplies bf16 natively. On a CPU without oneDNN bf16 kernels (an AVX2-only
 x86 CPU, e.g. the AMD EPYC of ``docs/benchmarks.md``) PyTorch falls back to a reference bf16 product: 15.7 GFLOP/s
 against 92.8 GFLOP/s in float32 on that machine, and a bf16 training step 13–18× slower than the fp32 one.
-:func:`native_bf16_products` answers the question; :func:`slow_bf16_warning` words the warning ``grove train`` and
-``grove config show`` print for such a run.
+:func:`native_bf16_products` answers the question; :func:`slow_bf16_warning` words the warning ``grove train``,
+``grove config show`` and ``grove eval`` print for such a run.
 """
 
 from __future__ import annotations
