@@ -6,7 +6,9 @@ number."), at most 64 new tokens, temperature 1.0, β = 0, one optimisation epoc
 rollout, lr 1e-6, no gradient checkpointing, no vLLM, CPU. Four workers: TRL with ``bf16=False`` (``trl``)
 and ``bf16=True`` (``trl-bf16``, accelerate's bf16 autocast), grove with ``train.precision: fp32``
 (``grove``) and ``bf16`` (``grove-bf16``, its defaults: bf16 autocast for the update, generation from the
-bf16 weight copy), and ``grove-bf16-bf16moments`` (plus ``optim.state_dtype: bf16``, the memory lever). Each
+bf16 weight copy), and ``grove-bf16-bf16moments`` (plus ``optim.state_dtype: bf16``, the memory lever); each
+grove worker also as ``…-compiled`` (plus ``train.compile: true``: its decoder layers compiled by torch.compile,
+whose compilation lands in the first step, reported apart from the medians). Each
 grove precision is compared with **TRL at the same precision**. TRL is a
 benchmark-only extra: ``pip install -e '.[bench]'``.
 
@@ -38,10 +40,17 @@ PROMPTS_PER_STEP = 8
 GROUP = 8
 MAX_NEW = 64
 LR = 1e-6
-IMPLS = ["trl", "grove", "trl-bf16", "grove-bf16", "grove-bf16-bf16moments"]
+IMPLS = ["trl", "grove", "grove-compiled", "trl-bf16", "grove-bf16", "grove-bf16-compiled", "grove-bf16-bf16moments",
+         "grove-bf16-bf16moments-compiled"]
 # each grove precision against TRL at the same precision
-PEERS = {"grove": "trl", "grove-bf16": "trl-bf16", "grove-bf16-bf16moments": "trl-bf16"}
-LEVERS = {"grove-bf16-bf16moments": ("optim.state_dtype=bf16",)}  # grove workers with one lever switched on
+PEERS = {"grove": "trl", "grove-compiled": "trl", "grove-bf16": "trl-bf16", "grove-bf16-compiled": "trl-bf16",
+         "grove-bf16-bf16moments": "trl-bf16", "grove-bf16-bf16moments-compiled": "trl-bf16"}
+LEVERS = {  # grove workers with levers switched on
+    "grove-compiled": ("train.compile=true",),
+    "grove-bf16-compiled": ("train.compile=true",),
+    "grove-bf16-bf16moments": ("optim.state_dtype=bf16",),
+    "grove-bf16-bf16moments-compiled": ("optim.state_dtype=bf16", "train.compile=true"),
+}
 
 
 def peak_rss_gb() -> float:

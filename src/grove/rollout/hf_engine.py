@@ -118,7 +118,9 @@ class TransformersEngine(RolloutEngine):
         """Sample ``n`` completions per prompt; rows are prompt-major (``i * n + j``).
 
         The decode loop runs in eval mode under ``torch.inference_mode()`` (the model's training mode is
-        restored afterwards); the returned tensors are ordinary CPU tensors, usable in autograd later.
+        restored afterwards); the returned tensors are ordinary CPU tensors, usable in autograd later. Layers
+        compiled for training (``train.compile``, when generation runs on the policy itself) run eager here: the
+        decode step's shapes and cache objects would only make the compiler recompile.
         """
         start = time.perf_counter()
         if n < 1 or not prompt_token_ids or any(len(p) == 0 for p in prompt_token_ids):
@@ -127,7 +129,7 @@ class TransformersEngine(RolloutEngine):
         was_training = self.model.training
         self.model.eval()  # no dropout, and gradient checkpointing would otherwise disable the KV cache
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), torch.compiler.set_stance("force_eager"):
                 decoded = self._decode(prompt_ids, prompt_mask, n, sampling, generator)
         finally:
             self.model.train(was_training)

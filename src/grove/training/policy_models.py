@@ -8,6 +8,8 @@ generation runs on; plus loading them from and writing them to a checkpoint.
   :func:`grove.distributed.strategies.wrap_for_training`.
 * Reference policy (β > 0 or a loss reading reference log-probs): with LoRA, the training module itself with
   its adapters disabled (no second copy); otherwise a second frozen model, sharded like the policy under FSDP2.
+* ``train.compile``: the policy's decoder layers compiled (:mod:`grove.models.compiled_layers`) after the
+  generation copy is taken, so generation stays eager.
 * Generation: a bfloat16 copy (``rollout.bf16_weights``); on a CPU otherwise a copy in the policy's dtype whose
   linear weights are prepacked for oneDNN (``rollout.prepacked_weights``); under FSDP2 a full replica refreshed
   from the shards after each optimizer step; else the policy itself (a GPU, or prepacking off).
@@ -29,6 +31,7 @@ from grove.distributed.checkpoint_state import gather_full_model_state
 from grove.distributed.strategies import Strategy, shard_fully, wrap_for_training
 from grove.distributed.world import World
 from grove.infra import checkpoint as ckpt
+from grove.models.compiled_layers import CompileUnavailable, compile_decoder_layers
 from grove.models.forward import response_logprobs
 from grove.models.logprob_module import ResponseLogprobModule
 from grove.models.lora import adapters_disabled, apply_lora, load_adapter_weights, save_adapter
@@ -133,6 +136,13 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
         generation_weights = GenerationWeights(causal_lm, prepack=prepack)
     elif prepack and prepacking_supported(dtype, world.device):  # decode from a prepacked copy (freed in the update)
         generation_weights = GenerationWeights(causal_lm, dtype, prepack=True)
+    if cfg.train.compile:  # after the generation copy is taken: generation stays eager
+        if world.distributed:
+            raise ConfigError("train.compile is not supported with several ranks yet; set train.compile: false")
+        try:
+            compile_decoder_layers(causal_lm, world.device)
+        except CompileUnavailable as exc:
+            raise ConfigError(str(exc)) from exc
     train_module, strategy = wrap_for_training(ResponseLogprobModule(causal_lm), cfg.distributed.strategy, world)
     reference = None
     if needs_reference_model(cfg):  # β = 0 loads none, unless the policy loss reads ref_logprobs
