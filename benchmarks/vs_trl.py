@@ -3,7 +3,7 @@
 The work (issues 4 and 16): SmolLM2-135M-Instruct (the embedded model, fp32 weights), 8 prompts × 8
 completions per optimizer step, prompts ≈ 45 tokens (chat template + "What is a + b? Answer with just the
 number."), at most 64 new tokens, temperature 1.0, β = 0, one optimisation epoch, one optimizer step per
-rollout, lr 1e-6, no gradient checkpointing, no vLLM, CPU. Four workers: TRL with ``bf16=False`` (``trl``)
+rollout, lr 1e-6, no gradient checkpointing, no vLLM, CPU. The workers: TRL with ``bf16=False`` (``trl``)
 and ``bf16=True`` (``trl-bf16``, accelerate's bf16 autocast), grove with ``train.precision: fp32``
 (``grove``) and ``bf16`` (``grove-bf16``, its defaults: bf16 autocast for the update, generation from the
 bf16 weight copy), and ``grove-bf16-bf16moments`` (plus ``optim.state_dtype: bf16``, the memory lever); each

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.test_train_e2e import base_overrides, metric_rows, run_cli
+from tests.test_train_e2e import rows_with_flag_off_and_on
 from torch import nn
 
 from grove.config import ConfigError, load_config
@@ -80,13 +80,7 @@ def test_compiled_layers_leave_generation_eager(tiny_model):
 def test_train_compile_changes_no_number_beyond_rounding(tiny_model, tmp_path):
     """``train.compile: true`` from the CLI: the same rewards and, to float rounding, the same losses and
     gradient norms as eager training."""
-    rows = {}
-    for flag in (False, True):
-        out = tmp_path / f"compile-{flag}"
-        args = base_overrides(tiny_model, out, **{"train.steps": 2, "train.compile": flag})
-        result = run_cli(["train", "examples/arithmetic.yaml", *args])
-        assert result.exit_code == 0, result.output
-        rows[flag] = metric_rows(out)
+    rows = rows_with_flag_off_and_on(tiny_model, tmp_path, "train.compile")
     for eager, compiled in zip(rows[False], rows[True], strict=True):
         assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-4, abs=1e-6)
         assert compiled["grad_norm"] == pytest.approx(eager["grad_norm"], rel=1e-4)

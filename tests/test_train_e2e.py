@@ -65,6 +65,17 @@ def metric_rows(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not any(t in k for t in TIMING_KEYS)} for r in rows]
 
 
+def rows_with_flag_off_and_on(model: Path, tmp_path: Path, key: str) -> dict[bool, list[dict]]:
+    """The metric rows of two 2-step runs, ``key`` false then true: ``{flag: rows}``."""
+    rows = {}
+    for flag in (False, True):
+        out = tmp_path / f"{key}-{flag}"
+        result = run_cli(["train", "examples/arithmetic.yaml", *base_overrides(model, out, **{"train.steps": 2, key: flag})])
+        assert result.exit_code == 0, result.output
+        rows[flag] = metric_rows(out)
+    return rows
+
+
 def test_train_end_to_end(tiny_model, tmp_path):
     out = tmp_path / "run"
     result = run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, out)])
@@ -433,13 +444,7 @@ def test_multi_objective_run_logs_every_objective_and_plots_them(tiny_model, tmp
 def test_activation_checkpointing_changes_no_number(tiny_model, tmp_path):
     """train.activation_checkpointing recomputes the layers in backward: the same losses, gradient norms and
     rollouts as without it (deterministic CPU kernels)."""
-    rows = {}
-    for flag in (False, True):
-        out = tmp_path / f"ckpt-{flag}"
-        args = base_overrides(tiny_model, out, **{"train.steps": 2, "train.activation_checkpointing": flag})
-        result = run_cli(["train", "examples/arithmetic.yaml", *args])
-        assert result.exit_code == 0, result.output
-        rows[flag] = metric_rows(out)
+    rows = rows_with_flag_off_and_on(tiny_model, tmp_path, "train.activation_checkpointing")
     for plain, recomputed in zip(rows[False], rows[True], strict=True):
         assert recomputed["loss"] == pytest.approx(plain["loss"], rel=1e-5, abs=1e-7)
         assert recomputed["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-5)

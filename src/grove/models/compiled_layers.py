@@ -9,7 +9,7 @@ compilation serves all of them (``nn.Module.compile`` with the module's paramete
 (:mod:`grove.core.output_projection` already avoids the ``[tokens, vocab]`` logits tensor).
 
 Measured on the vs-TRL work (docs/benchmarks.md, issue 16): the compilation costs ≈ 30 s once, in the first
-update; each later bf16 update is ≈ 18% shorter on a 2-core Sapphire Rapids CPU. Inductor reorders and fuses
+update; each later bf16 update is ≈ 18% shorter on a 2-core Intel CPU with AMX. Inductor reorders and fuses
 float arithmetic, so the numbers equal eager's up to float rounding (tested to 1e-5 relative in float32), not
 bit for bit. Generation runs on its own copy of the weights and is not compiled.
 
