@@ -8,7 +8,8 @@ first variant are printed.
     python benchmarks/update_speed.py --repeats 3 --variants padded-fp32 shared-fp32 packed-fp32 packed-bf16
 
 Config overrides (``--set``) reach the update (e.g. ``train.logit_cache_mb=0``) and the process
-(``host_allocator=system``; the allocator policy is process-wide, so compare it across two runs).
+(``host_allocator=system``, ``train.compile=true``: the allocator policy and the compiled layers are
+process-wide, so compare them across two runs; the first update then holds the compilation).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from grove.config import load_config
 from grove.experience.task_sampler import TaskSampler
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime
+from grove.models.compiled_layers import compile_decoder_layers
 from grove.models.pretrained import load_policy
 from grove.pipeline.collect import ExperienceSettings, collect_experience
 from grove.pipeline.update import UpdateSchedule, policy_update
@@ -51,6 +53,8 @@ def main() -> None:
     cfg = load_config(args.config, args.overrides)
     configure_runtime(args.threads, cfg.host_allocator)
     model, tokenizer = load_policy(cfg.model.name)
+    if cfg.train.compile:
+        compile_decoder_layers(model)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     task = build_task(cfg.task)
     sampler = TaskSampler(len(task.train), cfg.seed)

@@ -184,7 +184,7 @@ class TrainConfig(Section):
         False,
         description="Compile each decoder layer of the training model with torch.compile (inductor, dynamic shapes; "
         "grove.models.compiled_layers): fused elementwise work around the matrix products. Costs one compilation "
-        "(~30 s on a CPU) in the first update, then each update is shorter (bf16 on a 2-core CPU: ~18%). Same numbers "
+        "(10-30 s on a CPU) in the first update, then each update is shorter (bf16 on a 2-core CPU: 13-18%). Same numbers "
         "as eager up to float rounding. Needs a C++ compiler on a CPU; one process only (not with DDP / FSDP2).",
     )
     old_logprobs: Literal["auto", "recompute"] = Field(

@@ -8,8 +8,9 @@ compilation serves all of them (``nn.Module.compile`` with the module's paramete
 ``dynamic=True`` lets one graph take every micro-batch length. The output projection and the loss stay eager
 (:mod:`grove.core.output_projection` already avoids the ``[tokens, vocab]`` logits tensor).
 
-Measured on the vs-TRL work (docs/benchmarks.md, issue 16): the compilation costs ≈ 30 s once, in the first
-update; each later bf16 update is ≈ 18% shorter on a 2-core Intel CPU with AMX. Inductor reorders and fuses
+Measured on the vs-TRL work (docs/benchmarks.md, issue 16): the compilation costs 10–30 s once, in the first
+update (a few seconds when inductor's on-disk cache holds it); each later bf16 update is 13–18% shorter on a
+2-core Intel CPU with AMX. Inductor reorders and fuses
 float arithmetic, so the numbers equal eager's up to float rounding (tested to 1e-5 relative in float32), not
 bit for bit. Generation runs on its own copy of the weights and is not compiled.
 
@@ -25,6 +26,8 @@ import shutil
 import torch
 from torch import nn
 
+from grove.models.forward import _backbone
+
 __all__ = ["CompileUnavailable", "compile_decoder_layers", "decoder_layers"]
 
 
@@ -33,13 +36,15 @@ class CompileUnavailable(RuntimeError):
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The decoder's list of layers of a transformers causal LM (or a peft model around one)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    backbone = base.get_decoder() if hasattr(base, "get_decoder") else getattr(base, "model", None)
-    layers = getattr(backbone, "layers", None)
+    """The decoder's list of layers of a transformers causal LM (or a peft model around one): the ``layers`` of
+    the backbone the training forward runs (:func:`grove.models.forward._backbone`)."""
+    try:
+        layers = getattr(_backbone(model), "layers", None)
+    except TypeError:
+        layers = None
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
         raise CompileUnavailable(
-            f"train.compile: cannot find the decoder layers of {type(base).__name__} (expected a `layers` "
+            f"train.compile: cannot find the decoder layers of {type(model).__name__} (expected a `layers` "
             "ModuleList on its decoder); set train.compile: false for this model"
         )
     return layers
