@@ -12,7 +12,7 @@ from grove.config.derived import needs_reference_model
 from grove.core.aggregation import seq_mean_token_mean
 from grove.core.losses import PolicyLossInput, PolicyLossOutput
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
-from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
+from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, largest_first, policy_update
 from grove.registry import POLICY_LOSSES, NoParams
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
@@ -93,6 +93,22 @@ def test_update_fills_every_field_for_the_loss(policy, batch):
         assert torch.equal(inputs.group_index, batch.group_index[idx])
         assert torch.equal(inputs.step_index, batch.step_index[idx])
         assert inputs.anchor_index is None
+
+
+def test_micro_batches_run_largest_first(policy, batch):
+    """The update feeds its micro-batches in decreasing token count (the allocator's high-water mark is then
+    set once, by the first), whatever order the grouping produced."""
+    model, _ = policy
+    SEEN.clear()
+    _update(model, batch, recording_loss, micro=1)
+    assert len(SEEN) == 6
+    tokens = batch.response_lengths + batch.prompt_mask.sum(1)
+    seen = [int(tokens[s.trajectory_index - 100].sum()) for s in SEEN]
+    assert seen == sorted(seen, reverse=True)
+    # the helper alone: sizes from the token counts, ties in their original order
+    parts = [torch.tensor([0]), torch.tensor([1, 2]), torch.tensor([3]), torch.tensor([4])]
+    ordered = largest_first(parts, torch.tensor([5, 1, 1, 9, 5]))
+    assert [p.tolist() for p in ordered] == [[3], [0], [4], [1, 2]]
 
 
 def test_a_loss_that_reads_ref_logprobs_loads_a_reference_model():
