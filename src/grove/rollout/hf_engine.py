@@ -26,6 +26,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
+from grove.rollout.cache_rows import select_cache_rows
 from grove.rollout.decode_attention import use_decode_attention
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 from grove.rollout.prefix_cache import (
@@ -162,7 +163,7 @@ class TransformersEngine(RolloutEngine):
         reused_tokens = int(prompt_mask.sum()) - tokens_run
         logits = logits[fan_out]
         if n > 1 or len(distinct) < len(prompt_ids):
-            cache.batch_select_indices(fan_out)
+            select_cache_rows(cache, fan_out)
         prompt_layout, attn, next_pos = layout[fan_out], attn[fan_out], next_pos[fan_out]  # by global row
         kept: list[KVBank] = []  # rows kept for the next call (inside reusing_prefixes)
 
@@ -199,7 +200,7 @@ class TransformersEngine(RolloutEngine):
                 keep = (~done).nonzero().flatten()
                 if len(keep) == 0:
                     break
-                cache.batch_select_indices(keep)
+                select_cache_rows(cache, keep)
                 active, tok, attn, next_pos = active[keep], tok[keep], attn[keep], next_pos[keep]
             attn = torch.cat([attn, attn.new_ones(len(active), 1)], dim=1)
             out = self.model(
