@@ -26,8 +26,8 @@ from torch import Tensor
 from transformers import PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
-from grove.rollout.cache_rows import select_cache_rows
 from grove.rollout.decode_attention import use_decode_attention
+from grove.rollout.decode_cache import select_cache_rows
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 from grove.rollout.prefix_cache import (
     MIN_REUSED_TOKENS,

@@ -1,10 +1,16 @@
 """Row selection in the decode loop's KV cache: dropping finished rows, fanning a prompt's row out to its samples.
 
 transformers' ``DynamicLayer.batch_select_indices`` selects rows by advanced indexing (``keys[indices, ...]``),
-which on a CPU is a generic gather; ``index_select`` along the batch dimension copies whole rows. For one
-SmolLM2 layer's cache ``[64, 3, 100, 64]``, keeping 56 rows took 204 µs as ``keys[indices]`` and 71 µs with
-``index_select`` in bf16 (225 vs 157 µs in fp32); a 64-token generation of 8 × 8 completions drops rows
-≈ 35 times over 60 tensors (docs/benchmarks.md, issue 16). The values are the same either way.
+a generic gather on a CPU; ``index_select`` along the batch dimension copies whole rows. For one SmolLM2
+layer's cache ``[64, 3, 100, 64]``, keeping 56 rows took 204 µs as ``keys[indices]`` and 71 µs with
+``index_select`` in bf16 (225 vs 157 µs in fp32); a 64-token generation of 8 × 8 completions drops rows ≈ 35
+times over 60 tensors: 4.53 → 4.23 s in bf16, 8.10 → 7.90 s in fp32, the same samples (docs/benchmarks.md,
+issue 16).
+
+Not here, measured: buffers with room reserved for the decode steps (each step writing its keys in place
+instead of ``DynamicLayer.update``'s ``torch.cat``). In fp32 it removed the ``cat`` calls (1.55 s of an 8 s
+generation) but the attention's products over the buffer views and the row drops over the larger buffers
+took 0.3 s more, for 7.71 → 7.63 s (1%); in bf16 PyTorch's CPU products copy such views.
 """
 
 from __future__ import annotations

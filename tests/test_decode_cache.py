@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache
 
-from grove.rollout.cache_rows import select_cache_rows
+from grove.rollout.decode_cache import select_cache_rows
 
 
 def _cache(seed: int) -> DynamicCache:
