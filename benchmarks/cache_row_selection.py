@@ -14,22 +14,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
+from roofline import run_seconds  # this directory (benchmarks are run as scripts)
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def median_us(fn, repeats: int = 300) -> float:
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    return statistics.median(run_seconds(fn, repeats, warmup=10)) * 1e6
 
 
 def main() -> None:

@@ -38,14 +38,20 @@ import torch
 from grove.models.pretrained import resolve_model_path
 
 
-def best_seconds(fn, repeats: int = 5) -> float:
-    fn()
+def run_seconds(fn, repeats: int, warmup: int = 1) -> list[float]:
+    """Wall seconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return times
+
+
+def best_seconds(fn, repeats: int = 5) -> float:
+    return min(run_seconds(fn, repeats))
 
 
 def matmul_gflops(shapes: list[tuple[int, int, int]], dtype: torch.dtype) -> float:
