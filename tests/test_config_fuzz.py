@@ -268,3 +268,12 @@ def test_config_show_exits_0_or_2_without_traceback_long(overrides):
 def test_found_by_the_fuzzer(overrides):
     check_load(None, overrides)
     check_cli(overrides)
+
+
+@pytest.mark.parametrize("document", ["?", "train: {? : 1}", "rewards: [{id: x, ? : 2}]"])
+def test_yaml_documents_found_by_the_fuzzer(config_file, document):
+    """A key with no name (YAML ``?``) is refused with the file named, not as pydantic's ``None: ...``."""
+    config_file.write_text(document, encoding="utf-8")
+    with pytest.raises(ConfigError, match="a key with no name"):
+        load_config(config_file, [])
+    check_load(config_file, [])

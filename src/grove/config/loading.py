@@ -73,6 +73,8 @@ def _plain_data_problem(value: Any, path: str, ancestors: tuple[int, ...] = ()) 
             return f"{where}: a recursive YAML alias (the value contains itself)"
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, child in items:
+            if isinstance(value, dict) and key is None:
+                return f"{where}: a key with no name (YAML `? ` or `: value` alone); write `name: value`"
             child_path = f"{path}.{key}" if path else str(key)
             found = _plain_data_problem(key, where, ()) if isinstance(key, str) else None
             found = found or _plain_data_problem(child, child_path, (*ancestors, id(value)))
