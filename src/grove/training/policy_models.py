@@ -36,7 +36,6 @@ from grove.models.forward import response_logprobs
 from grove.models.logprob_module import ResponseLogprobModule
 from grove.models.lora import adapters_disabled, apply_lora, load_adapter_weights, save_adapter
 from grove.models.pretrained import load_policy
-from grove.models.tied_embedding_gradient import use_sparse_tied_embedding_gradient
 from grove.rollout.generation_weights import GenerationWeights
 from grove.rollout.prepacked_linear import prepacking_supported
 
@@ -144,8 +143,6 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
             compile_decoder_layers(causal_lm, world.device)
         except CompileUnavailable as exc:
             raise ConfigError(str(exc)) from exc
-    if not world.distributed:  # a tied embedding's gradient as sparse rows added into the head's (no [V, H] zero fill)
-        use_sparse_tied_embedding_gradient(causal_lm)
     train_module, strategy = wrap_for_training(ResponseLogprobModule(causal_lm), cfg.distributed.strategy, world)
     reference = None
     if needs_reference_model(cfg):  # β = 0 loads none, unless the policy loss reads ref_logprobs
