@@ -26,7 +26,7 @@ import shutil
 import torch
 from torch import nn
 
-from grove.models.forward import _backbone
+from grove.models.forward import decoder_backbone
 
 __all__ = ["CompileUnavailable", "compile_decoder_layers", "decoder_layers"]
 
@@ -37,9 +37,9 @@ class CompileUnavailable(RuntimeError):
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     """The decoder's list of layers of a transformers causal LM (or a peft model around one): the ``layers`` of
-    the backbone the training forward runs (:func:`grove.models.forward._backbone`)."""
+    the backbone the training forward runs (:func:`grove.models.forward.decoder_backbone`)."""
     try:
-        layers = getattr(_backbone(model), "layers", None)
+        layers = getattr(decoder_backbone(model), "layers", None)
     except TypeError:
         layers = None
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:

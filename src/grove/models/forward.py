@@ -20,6 +20,7 @@ from grove.core.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE
 __all__ = [
     "FORWARD_LAYOUTS",
     "PackedLayout",
+    "decoder_backbone",
     "pack_by_prefix",
     "policy_forward",
     "policy_forward_packed",
@@ -30,7 +31,8 @@ __all__ = [
 ]
 
 
-def _backbone(model: nn.Module) -> nn.Module:
+def decoder_backbone(model: nn.Module) -> nn.Module:
+    """The decoder a causal LM's (or a peft model's) training forward runs: ``get_decoder()``, else ``.model``."""
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     if decoder is None or decoder is model:
         decoder = getattr(model, "model", None)
@@ -69,7 +71,7 @@ def policy_forward(
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1).long()
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = _backbone(model)(
+    hidden = decoder_backbone(model)(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
     ).last_hidden_state
     hidden = hidden[:, p - 1 : p + r - 1]  # the state at position t predicts token t + 1
@@ -151,7 +153,7 @@ def policy_forward_shared_prefix(
     first = _first_rows(inverse)
     prompts, mask = prompt_ids[first], prompt_mask[first].long()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    backbone = _backbone(model)
+    backbone = decoder_backbone(model)
     cache = DynamicCache(config=model.config)
     prefix = backbone(
         input_ids=prompts, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
@@ -287,7 +289,7 @@ def policy_forward_packed(
     if prefix_index is None:
         prefix_index = torch.arange(prompt_ids.shape[0], device=prompt_ids.device)
     layout = pack_by_prefix(prompt_ids, prompt_mask, response_ids, response_mask, prefix_index)
-    hidden = _backbone(model)(
+    hidden = decoder_backbone(model)(
         input_ids=layout.input_ids,
         attention_mask=layout.attention_mask(),
         position_ids=layout.position_ids,

@@ -200,8 +200,7 @@ def largest_first(micro_indices: list[Tensor], tokens: Tensor) -> list[Tensor]:
     the bf16 update's peak RSS fell 3.79 → 3.57-3.63 GiB at the same update time (``benchmarks/step_memory.py``,
     docs/benchmarks.md, issue 16). Gradients are sums over micro-batches, so only the summation order (float
     rounding) changes."""
-    sizes = [int(tokens[idx].sum()) for idx in micro_indices]
-    return [micro_indices[i] for i in sorted(range(len(sizes)), key=lambda i: -sizes[i])]
+    return sorted(micro_indices, key=lambda idx: -int(tokens[idx].sum()))  # sorted() is stable
 
 
 def micro_batch_loss(
