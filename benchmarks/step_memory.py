@@ -7,11 +7,16 @@
 The vs_trl work (SmolLM2-135M, 8 prompts × 8 completions, ≤ 64 new tokens, T = 1), two steps in one process; RSS
 is sampled every 20 ms by a thread, and each phase's maximum and starting RSS are printed with the step's
 response tokens and phase times. The second step is the steady state (AdamW's state exists from the first).
+
+With glibc, each sample also reads ``mallinfo2``: the bytes the main heap has handed out (``in use``) and its size
+(``heap``). Their gap at the peak is memory the allocator holds free but resident (fragmentation between
+micro-batches); RSS beyond ``heap`` is the model's file mapping, libraries and Python's own arenas.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import resource
 import tempfile
 import threading
@@ -32,21 +37,47 @@ WORK = [
 ]
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def heap_reader():
+    """``() -> (in use, heap size)`` in bytes from glibc's ``mallinfo2`` (main arena plus mmapped chunks), or
+    ``None`` where the C library has none."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+
+    def read() -> tuple[int, int]:
+        info = mallinfo2()
+        return info.uordblks + info.hblkhd, info.arena + info.hblkhd
+
+    return read
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     process, samples, marks = psutil.Process(), [], []
+    heap = heap_reader() or (lambda: (0, 0))
+
+    def reading() -> tuple[float, int, int, int]:
+        return (time.perf_counter(), process.memory_info().rss, *heap())
 
     def sample() -> None:
         while True:
-            samples.append((time.perf_counter(), process.memory_info().rss))
+            samples.append(reading())
             time.sleep(0.02)
 
     def mark(name: str) -> None:  # a phase boundary, with an RSS reading of its own (short phases get one too)
-        now = time.perf_counter()
-        marks.append((name, now))
-        samples.append((now, process.memory_info().rss))
+        now = reading()
+        marks.append((name, now[0]))
+        samples.append(now)
 
     threading.Thread(target=sample, daemon=True).start()
     out = Path(tempfile.mkdtemp(prefix="step_memory_"))
@@ -67,11 +98,12 @@ def main() -> None:
         print(f"step {trainer.step}: {metrics['generated_tokens']:.0f} response tokens, generation "
               f"{metrics['rollout_seconds']:.1f} s, update {metrics['train_seconds']:.1f} s", flush=True)
     mark("end")
-    print("\n| phase | seconds | max RSS GB | RSS at start GB |\n|---|---|---|---|")
+    print("\n| phase | seconds | max RSS GB | RSS at start GB | max heap in use GB | max heap GB |\n|---|---|---|---|---|---|")
     for (name, t0), (_, t1) in zip(marks, marks[1:], strict=False):
-        rss = [r for t, r in list(samples) if t0 <= t < t1]
-        if rss:
-            print(f"| {name} | {t1 - t0:.1f} | {max(rss) / 1e9:.2f} | {rss[0] / 1e9:.2f} |")
+        phase = [s for s in list(samples) if t0 <= s[0] < t1]
+        if phase:
+            print(f"| {name} | {t1 - t0:.1f} | {max(s[1] for s in phase) / 1e9:.2f} | {phase[0][1] / 1e9:.2f} | "
+                  f"{max(s[2] for s in phase) / 1e9:.2f} | {max(s[3] for s in phase) / 1e9:.2f} |")
     print(f"\npeak RSS (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2:.2f} GiB")
 
 

@@ -6,7 +6,9 @@ number."), at most 64 new tokens, temperature 1.0, β = 0, one optimisation epoc
 rollout, lr 1e-6, no gradient checkpointing, no vLLM, CPU. The workers: TRL with ``bf16=False`` (``trl``)
 and ``bf16=True`` (``trl-bf16``, accelerate's bf16 autocast), grove with ``train.precision: fp32``
 (``grove``) and ``bf16`` (``grove-bf16``, its defaults: bf16 autocast for the update, generation from the
-bf16 weight copy), and ``grove-bf16-bf16moments`` (plus ``optim.state_dtype: bf16``, the memory lever); each
+bf16 weight copy), ``grove-bf16-bf16moments`` (plus ``optim.state_dtype: bf16``, the memory lever) and
+``grove-bf16-bf16moments-mb64ckpt`` (plus the step's 64 completions as one micro-batch with activation
+checkpointing, the bf16 update's speed lever); each
 grove worker also as ``…-compiled`` (plus ``train.compile: true``: its decoder layers compiled by torch.compile,
 whose compilation lands in the first step, reported apart from the medians). Each
 grove precision is compared with **TRL at the same precision**. TRL is a
@@ -41,15 +43,22 @@ GROUP = 8
 MAX_NEW = 64
 LR = 1e-6
 IMPLS = ["trl", "grove", "grove-compiled", "trl-bf16", "grove-bf16", "grove-bf16-compiled", "grove-bf16-bf16moments",
-         "grove-bf16-bf16moments-compiled"]
+         "grove-bf16-bf16moments-compiled", "grove-bf16-bf16moments-mb64ckpt", "grove-bf16-bf16moments-mb64ckpt-compiled"]
 # each grove precision against TRL at the same precision
 PEERS = {"grove": "trl", "grove-compiled": "trl", "grove-bf16": "trl-bf16", "grove-bf16-compiled": "trl-bf16",
-         "grove-bf16-bf16moments": "trl-bf16", "grove-bf16-bf16moments-compiled": "trl-bf16"}
+         "grove-bf16-bf16moments": "trl-bf16", "grove-bf16-bf16moments-compiled": "trl-bf16",
+         "grove-bf16-bf16moments-mb64ckpt": "trl-bf16", "grove-bf16-bf16moments-mb64ckpt-compiled": "trl-bf16"}
+# the whole step's 64 completions as one micro-batch (TRL's per_device_train_batch_size here), with activation
+# checkpointing so that it fits: in bf16 the update's per-micro-batch costs (weight casts, gradient accumulation)
+# are paid once (docs/benchmarks.md, issue 16)
+ONE_MICRO_BATCH = ("train.micro_batch_size=64", "train.activation_checkpointing=true")
 LEVERS = {  # grove workers with levers switched on
     "grove-compiled": ("train.compile=true",),
     "grove-bf16-compiled": ("train.compile=true",),
     "grove-bf16-bf16moments": ("optim.state_dtype=bf16",),
     "grove-bf16-bf16moments-compiled": ("optim.state_dtype=bf16", "train.compile=true"),
+    "grove-bf16-bf16moments-mb64ckpt": ("optim.state_dtype=bf16", *ONE_MICRO_BATCH),
+    "grove-bf16-bf16moments-mb64ckpt-compiled": ("optim.state_dtype=bf16", *ONE_MICRO_BATCH, "train.compile=true"),
 }
 
 

@@ -210,6 +210,71 @@ def test_bf16_weight_gradient_same_in_cache_and_recompute_modes_and_on_a_second_
         torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("cache", [True, False])
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("tied", [False, True])
+def test_weight_gradient_added_in_place_equals_autograds(cache: bool, bf16: bool, tied: bool) -> None:
+    """``accumulating_weight_gradient_in_place``: over two micro-batches, ``weight.grad`` is the sum autograd
+    accumulates (a tied weight also receives an embedding lookup's gradient through autograd), the other inputs'
+    gradients are unchanged, and autograd delivers no gradient for the projection's part (``None`` to a tensor
+    hook of an untied weight)."""
+    from grove.core.output_projection import accumulating_weight_gradient_in_place, reusing_weight_casts
+
+    g = torch.Generator().manual_seed(6)
+    v, h = 96, 16
+    weight = (0.3 * torch.randn(v, h, generator=g)).requires_grad_()
+    batches = []
+    for t in (40, 23):
+        ids = torch.randint(0, v, (t,), generator=g)
+        batches.append((ids, torch.randn(t, h, generator=g), torch.randint(0, v, (t,), generator=g)))
+    calls = []
+    weight.register_hook(lambda grad: calls.append(grad is not None))
+
+    def run(in_place: bool):
+        weight.grad, calls[:] = None, []
+        hidden_grads = []
+        block = accumulating_weight_gradient_in_place() if in_place else reusing_weight_casts()
+        with block, reusing_weight_casts():
+            for ids, noise, targets in batches:
+                base = noise.clone().requires_grad_()
+                hidden = base + weight[ids] if tied else base  # the input embedding, tied to the head
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    lp, ent = token_logprobs_and_entropy(hidden, weight, targets, chunk_size=8,
+                                                         cache_bytes=10**9 if cache else 0)
+                (lp.sum() + 0.5 * ent.sum()).backward()
+                hidden_grads.append(base.grad)
+        return weight.grad.clone(), hidden_grads, list(calls)
+
+    want, want_h, autograd_calls = run(False)
+    got, got_h, in_place_calls = run(True)
+    assert got.dtype == torch.float32 and autograd_calls == [True, True]
+    assert in_place_calls == [tied, tied]  # tied: the embedding's part still arrives through autograd
+    tol = {"atol": 1e-2, "rtol": 1e-2} if bf16 else {"atol": 1e-6, "rtol": 1e-5}  # only the order of the sums
+    torch.testing.assert_close(got, want, **tol)
+    for a, b in zip(got_h, want_h, strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_weight_gradient_in_place_only_inside_the_block_and_only_for_a_leaf() -> None:
+    """Outside the block, and for a weight that is not a leaf (a cast, a gathered shard), the gradient goes
+    through autograd as usual."""
+    from grove.core.output_projection import accumulating_weight_gradient_in_place
+
+    g = torch.Generator().manual_seed(7)
+    leaf = torch.randn(30, 8, generator=g, requires_grad=True)
+    hidden, targets = torch.randn(5, 8, generator=g), torch.randint(0, 30, (5,), generator=g)
+    with accumulating_weight_gradient_in_place():
+        weight = leaf * 1.0  # not a leaf
+        lp, _ = token_logprobs_and_entropy(hidden, weight, targets)
+        (grad,) = torch.autograd.grad(lp.sum(), weight)
+    (want,) = torch.autograd.grad(_naive(hidden, leaf, targets, 1.0)[0].sum(), leaf)
+    torch.testing.assert_close(grad, want)
+    assert leaf.grad is None
+    lp, _ = token_logprobs_and_entropy(hidden, leaf, targets)  # the block has closed
+    (grad,) = torch.autograd.grad(lp.sum(), leaf)
+    torch.testing.assert_close(grad, want)
+
+
 def test_weight_casts_are_reused_within_a_block_until_the_weight_changes() -> None:
     from grove.core import output_projection as op
 

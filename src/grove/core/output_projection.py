@@ -27,6 +27,14 @@ GFLOP/s on CPU).
 
 Matmuls run in the autocast dtype when autocast is on (bf16 on CPU/GPU), else in the inputs' dtype; the
 softmax, the entropy and the gradient of the logits are float32.
+
+Inside :func:`accumulating_weight_gradient_in_place` (the single-process update opens it), the weight's
+gradient is added straight into ``weight.grad`` by the backward, and autograd receives ``None`` for it. The
+``[V, H]`` float32 gradient then never exists as a separate buffer. Without this, autograd holds that buffer for
+a tied embedding (SmolLM2's) from the head's backward, the first step of backward, until the embedding's
+backward, the last, adds its part; and a bf16 product is first widened to float32. The bf16 update's
+peak heap fell by that buffer (``docs/benchmarks.md``, issue 16). The effect on ``weight.grad`` is the same
+sum, in a different order of float additions.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from torch import Tensor
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "DEFAULT_CHUNK_SIZE",
+    "accumulating_weight_gradient_in_place",
     "cache_bytes_needed",
     "reusing_weight_casts",
     "token_logprobs_and_entropy",
@@ -124,6 +133,26 @@ def reusing_weight_casts() -> Iterator[None]:
         _weight_casts = outer
 
 
+_in_place_weight_gradients = False
+
+
+@contextmanager
+def accumulating_weight_gradient_in_place() -> Iterator[None]:
+    """Within the block, the backward of :func:`token_logprobs_and_entropy` adds a leaf weight's gradient into
+    ``weight.grad`` itself (allocated as zeros when it is ``None``) instead of returning it to autograd.
+
+    For one process only: the gradient then bypasses autograd's accumulation, so hooks on the weight's
+    ``AccumulateGrad`` node (DDP's reducer) never see it, and a sharded weight (FSDP2) is not a leaf. The
+    update opens this block when :attr:`grove.distributed.strategies.Strategy.gradients_written_in_place`."""
+    global _in_place_weight_gradients
+    outer = _in_place_weight_gradients
+    _in_place_weight_gradients = True
+    try:
+        yield
+    finally:
+        _in_place_weight_gradients = outer
+
+
 def _cast_weight(weight: Tensor, dtype: torch.dtype) -> Tensor:
     if weight.dtype == dtype or _weight_casts is None:
         return weight.to(dtype)
@@ -171,6 +200,8 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
         )
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.kept, ctx.ranges, ctx.dtype, ctx.temperature = kept, ranges, dtype, temperature
+        in_place = _in_place_weight_gradients and weight.is_leaf and weight.requires_grad
+        ctx.weight_leaf = weight if in_place else None  # its .grad receives the gradient (see the module notes)
         return token_logp, entropy
 
     @staticmethod
@@ -180,11 +211,20 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
         if grad_logp is None and grad_entropy is None:
             return (None,) * 7
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        leaf, ctx.weight_leaf = ctx.weight_leaf, None
         # one float32 matmul writes the weight gradient in place (addmm_ into zeros beat a fresh product by 8%
-        # per step); a low-precision product of a single range is converted once, with no zero-filled buffer
-        direct = need_w and ctx.dtype != torch.float32 and len(ctx.ranges) == 1
+        # per step); a low-precision product of a single range is converted once, with no zero-filled buffer;
+        # in place (accumulating_weight_gradient_in_place), every product is added into the leaf's .grad
+        direct = need_w and leaf is None and ctx.dtype != torch.float32 and len(ctx.ranges) == 1
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w and not direct else None
+        if need_w and leaf is not None:
+            if leaf.grad is None:
+                leaf.grad = torch.zeros_like(leaf)
+            grad_w = leaf.grad
+        elif need_w and not direct:
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        else:
+            grad_w = None
         grad_b = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_b else None
         with torch.autocast(hidden.device.type, enabled=False):
             h, w, b = _operands(hidden, weight, bias, ctx.dtype)  # in the update: the forward's cast, reused
@@ -192,6 +232,7 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
                 rows = slice(start, end)
                 if kept:
                     logp, p = kept[i]
+                    kept[i] = None
                 else:  # recompute mode, or a second backward through a retained graph
                     logp = _logits(h[rows], w, b, ctx.temperature).sub_(lse[rows, None])
                     p = logp.exp()
@@ -209,16 +250,21 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
                     grad_z.div_(ctx.temperature)
                 if grad_b is not None:
                     grad_b.add_(grad_z.sum(dim=0))
+                # the float32 buffers die here: in bf16, before the [V, H] product (which held them at the
+                # backward's peak: the bf16 update's peak heap fell by both of them)
+                logp = p = None
                 grad_z = grad_z.to(ctx.dtype)
                 if grad_h is not None:
                     grad_h[rows] = grad_z @ w
                 if direct:
                     grad_w = (grad_z.T @ h[rows]).to(weight.dtype)
                 elif grad_w is not None:
-                    if grad_z.dtype == torch.float32:
+                    if grad_z.dtype == grad_w.dtype:
                         grad_w.addmm_(grad_z.T, h[rows])
-                    else:
-                        grad_w.add_((grad_z.T @ h[rows]).float())
+                    else:  # a mixed-dtype add: no widened [V, H] copy of the product
+                        grad_w.add_(grad_z.T @ h[rows])
+        if leaf is not None:
+            grad_w = None  # already in leaf.grad
         return (
             grad_h,
             grad_w.to(weight.dtype) if grad_w is not None else None,

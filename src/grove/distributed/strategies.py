@@ -46,6 +46,14 @@ class Strategy:
         """Factor on each rank's loss that turns the wrappers' gradient average into the global sum."""
         return float(self.world.size) if self.name in ("ddp", "fsdp2") else 1.0
 
+    @property
+    def gradients_written_in_place(self) -> bool:
+        """Whether a backward may add a gradient straight into a parameter's ``.grad``, bypassing autograd's
+        accumulation (``grove.core.output_projection.accumulating_weight_gradient_in_place``). Only with one
+        process: DDP's reducer learns of a gradient from autograd's accumulation hooks, and FSDP2's parameters
+        are sharded."""
+        return self.name == "none"
+
     @contextlib.contextmanager
     def accumulating(self, model: nn.Module, sync: bool) -> Iterator[None]:
         """Backward passes in this block reduce gradients across ranks only when ``sync`` (the last micro-batch)."""

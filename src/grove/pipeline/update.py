@@ -32,6 +32,7 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +42,12 @@ from torch import Tensor
 from grove.batch import RolloutBatch
 from grove.core.aggregation import AggregationScale, SequenceCount
 from grove.core.losses import PolicyLossFn, PolicyLossInput
-from grove.core.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE, reusing_weight_casts
+from grove.core.output_projection import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_CHUNK_SIZE,
+    accumulating_weight_gradient_in_place,
+    reusing_weight_casts,
+)
 from grove.distributed.strategies import Strategy
 from grove.distributed.world import World
 from grove.infra.precision import autocast
@@ -307,8 +313,10 @@ def policy_update(
             total = 0.0
             offending: list[int] = []  # trajectories of micro-batches whose loss is not finite
             first_pass = epoch == 0 and mini_index == 0
-            # one cast of the output projection's weight per optimizer step (it changes only at the step)
-            with reusing_weight_casts():
+            # one cast of the output projection's weight per optimizer step (it changes only at the step); with one
+            # process its weight gradient is added into .grad by its backward (no [V, H] buffer held by autograd)
+            in_place = accumulating_weight_gradient_in_place() if strategy.gradients_written_in_place else nullcontext()
+            with reusing_weight_casts(), in_place:
                 for k, micro_idx in enumerate(micro_indices):
                     mb = mini.select(micro_idx).trimmed()
                     with strategy.accumulating(model, sync=k == len(micro_indices) - 1), world.phase("update: backward"):

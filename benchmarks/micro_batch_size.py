@@ -1,0 +1,93 @@
+"""The policy update of one real step at several micro-batch sizes, with and without activation checkpointing
+(docs/benchmarks.md, issue 16).
+
+    python benchmarks/micro_batch_size.py --set train.precision=bf16 --set optim.state_dtype=bf16 \\
+        --set train.compile=true --variants 8 64+ckpt 64 32+ckpt
+    python benchmarks/micro_batch_size.py --set train.compile=true --variants 8 64+ckpt 32+ckpt 16+ckpt
+
+The vs_trl work (``benchmarks/step_memory.py``'s settings: SmolLM2-135M, 8 prompts × 8 completions, ≤ 64 new
+tokens, T = 1) runs two trainer steps; the second step's rollout batch, weights and optimizer state are then kept,
+and each variant (``M`` completions per micro-batch, ``+ckpt`` with activation checkpointing) runs that same
+update from them, alternated ``--repeats`` times in this one process. Printed per run: seconds, loss and gradient
+norm (equal across variants up to float rounding: only the micro-batch boundaries change); then the medians and
+the speed-up over the first variant. The first round holds any compilation of new shapes (``train.compile``).
+Peak memory is not comparable inside one process (the heap keeps its high-water mark): compare it with
+``benchmarks/step_memory.py`` in separate processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from step_memory import WORK
+
+from grove.config import load_config
+from grove.training import trainer as trainer_module
+from grove.training.trainer import Trainer
+
+
+def set_checkpointing(model, on: bool) -> None:
+    """Switch transformers' activation checkpointing of the causal LM inside ``model`` (non-reentrant)."""
+    lm = next(m for m in model.modules() if hasattr(m, "gradient_checkpointing_enable"))
+    if hasattr(lm, "activation_checkpointing_enable"):  # transformers >= 5.2x
+        if on:
+            lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            lm.activation_checkpointing_disable()
+    elif on:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        lm.gradient_checkpointing_disable()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", default=["8", "64+ckpt"], metavar="M[+ckpt]")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    variants = [(v, int(v.split("+")[0]), v.endswith("+ckpt")) for v in args.variants]
+    out = Path(tempfile.mkdtemp(prefix="micro_batch_size_"))
+    trainer = Trainer(load_config("examples/arithmetic.yaml", [f"output_dir={out}", *WORK, *args.overrides]), out)
+    update, captured = trainer_module.policy_update, {}
+
+    def keep_arguments(*a, **kw):
+        captured.update(args=a, kwargs=kw, weights={k: v.clone() for k, v in a[0].state_dict().items()},
+                        optimizer=copy.deepcopy(a[1].state_dict()), scheduler=copy.deepcopy(a[2].state_dict()))
+        return update(*a, **kw)
+
+    trainer_module.policy_update = keep_arguments
+    for _ in range(2):  # the second step's update: AdamW's state exists, as in a run's steady state
+        trainer.step += 1
+        trainer.train_step()
+    trainer_module.policy_update = update
+    model, optimizer, scheduler, batch, parts, schedule, *rest = captured["args"]
+    print(f"batch: {batch.num_samples} completions, {int(batch.response_mask.sum())} response tokens")
+    times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    for _ in range(args.repeats):
+        for name, size, checkpointing in variants:
+            set_checkpointing(model, checkpointing)
+            model.load_state_dict(captured["weights"])
+            optimizer.load_state_dict(captured["optimizer"])
+            scheduler.load_state_dict(captured["scheduler"])
+            start = time.perf_counter()
+            metrics = update(model, optimizer, scheduler, batch, parts,
+                             dataclasses.replace(schedule, micro_batch_size=size), *rest, **captured["kwargs"])
+            times[name].append(time.perf_counter() - start)
+            print(f"  {name:10s} {times[name][-1]:6.2f} s  loss {metrics['loss']:+.6f}  grad norm "
+                  f"{metrics['grad_norm']:.6f}", flush=True)
+    base = statistics.median(times[variants[0][0]])
+    print(f"\n| micro-batch | median s | range | speed-up vs {variants[0][0]} |\n|---|---|---|---|")
+    for name, values in times.items():
+        med = statistics.median(values)
+        print(f"| {name} | {med:.2f} | {min(values):.2f}–{max(values):.2f} | {base / med:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
