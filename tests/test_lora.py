@@ -223,7 +223,10 @@ def test_memory_plan_counts_adapters_and_no_reference_copy(tiny):
     assert lora["gradients (fp32)"] == 4 * adapters and lora["AdamW moments (fp32)"] == 8 * adapters
     assert lora["AdamW moments (fp32)"] < full["AdamW moments (fp32)"] / 10
     assert full["reference model"] == 4 * dims.num_params and lora["reference model"] == 0
-    assert lora["output-projection gradient"] == 0 and full["output-projection gradient"] > 0
+    bf16 = {"compute_bytes": 2}  # with fp32 products one process adds the head's gradient in place: 0 either way
+    assert estimate_peak_bytes(dims, RunShape(**{**shape.__dict__, **bf16, "lora_params": adapters}))[
+        "output-projection gradient"] == 0
+    assert estimate_peak_bytes(dims, RunShape(**{**shape.__dict__, **bf16}))["output-projection gradient"] > 0
     assert lora["total"] == pytest.approx(sum(v for k, v in lora.items() if k != "total"))
     assert lora_parameter_count(dims, 4, ["self_attn.q_proj"]) == 2 * 4 * (64 + 64)
     with pytest.raises(ValueError, match="c_attn"):

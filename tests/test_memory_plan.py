@@ -32,7 +32,12 @@ def test_breakdown_by_hand():
     assert parts["generation KV cache"] == 2 * 2 * 2 * 8 * (5 + 3) * 4
     # 4 completions × 3 tokens = 12 predicted rows: their softmax cache (8 bytes × 12 × 10) fits the default budget
     assert parts["output-projection softmax cache"] == 8 * 12 * 10 and "output-projection chunks" not in parts
-    assert parts["output-projection gradient"] == 4 * 10 * 4
+    # one process: fp32 products are added into .grad in place; a bf16 product is a [V, H] bf16 buffer; several
+    # processes: autograd carries the float32 [V, H] gradient
+    assert parts["output-projection gradient"] == 0
+    assert estimate_peak_bytes(m, RunShape(**{**r.__dict__, "compute_bytes": 2}))["output-projection gradient"] == 2 * 10 * 4
+    ranks = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "processes": 2}))
+    assert ranks["output-projection gradient"] == 4 * 10 * 4
     recompute = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "logit_cache_bytes": 8 * 12 * 10 - 1}))
     assert recompute["output-projection chunks"] == 8 * 7 * 10 and "output-projection softmax cache" not in recompute
     padded = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "shared_prefix": False}))

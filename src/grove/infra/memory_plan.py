@@ -181,8 +181,16 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         parts["output-projection softmax cache"] = float(cache)
     else:
         parts["output-projection chunks"] = float(cache_bytes_needed(r.logits_chunk, m.vocab))
-    # the frozen head of a LoRA model gets no gradient (the kernel skips it when the weight needs none)
-    parts["output-projection gradient"] = 0.0 if lora else float(4 * m.vocab * m.hidden)
+    # the frozen head of a LoRA model gets no gradient (the kernel skips it when the weight needs none); with one
+    # process the head adds its gradient into .grad in place (only a bf16 product is a buffer of its own), with
+    # several autograd carries a float32 [V, H] gradient (grove.core.output_projection)
+    if lora:
+        head_gradient = 0.0
+    elif r.processes > 1:
+        head_gradient = float(4 * m.vocab * m.hidden)
+    else:
+        head_gradient = float(r.compute_bytes * m.vocab * m.hidden) if r.compute_bytes < 4 else 0.0
+    parts["output-projection gradient"] = head_gradient
     if r.processes > 1:  # rank 0 while writing a checkpoint: the gathered full weights and AdamW moments
         parts["checkpoint gather (rank 0)"] = 12.0 * trained + (4.0 * m.num_params if lora else 0.0)
     if sharded:
