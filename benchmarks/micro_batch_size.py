@@ -29,21 +29,8 @@ from step_memory import WORK
 
 from grove.config import load_config
 from grove.training import trainer as trainer_module
+from grove.training.policy_models import set_activation_checkpointing
 from grove.training.trainer import Trainer
-
-
-def set_checkpointing(model, on: bool) -> None:
-    """Switch transformers' activation checkpointing of the causal LM inside ``model`` (non-reentrant)."""
-    lm = next(m for m in model.modules() if hasattr(m, "gradient_checkpointing_enable"))
-    if hasattr(lm, "activation_checkpointing_enable"):  # transformers >= 5.2x
-        if on:
-            lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            lm.activation_checkpointing_disable()
-    elif on:
-        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        lm.gradient_checkpointing_disable()
 
 
 def main() -> None:
@@ -72,7 +59,7 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     for _ in range(args.repeats):
         for name, size, checkpointing in variants:
-            set_checkpointing(model, checkpointing)
+            set_activation_checkpointing(trainer.models.causal_lm, checkpointing)
             model.load_state_dict(captured["weights"])
             optimizer.load_state_dict(captured["optimizer"])
             scheduler.load_state_dict(captured["scheduler"])

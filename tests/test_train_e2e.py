@@ -441,6 +441,24 @@ def test_multi_objective_run_logs_every_objective_and_plots_them(tiny_model, tmp
     assert "per objective" in result.output and "has_seven" in result.output
 
 
+def test_activation_checkpointing_is_switched_by_the_config_and_back(tiny_model, tmp_path):
+    """train.activation_checkpointing reaches the policy (so the test below compares two different runs), and
+    ``set_activation_checkpointing`` (which benchmarks/micro_batch_size.py toggles) switches it both ways."""
+    from grove.config import load_config
+    from grove.distributed.world import World
+    from grove.training.policy_models import build_policy_models, set_activation_checkpointing
+
+    for flag in (False, True):
+        cfg = load_config("examples/arithmetic.yaml", [f"model.name={tiny_model}", f"output_dir={tmp_path}",
+                                                       f"train.activation_checkpointing={str(flag).lower()}"])
+        models = build_policy_models(cfg, World(), None)
+        assert models.causal_lm.is_gradient_checkpointing is flag
+    set_activation_checkpointing(models.causal_lm, False)
+    assert not models.causal_lm.is_gradient_checkpointing
+    set_activation_checkpointing(models.causal_lm, True)
+    assert models.causal_lm.is_gradient_checkpointing
+
+
 def test_activation_checkpointing_changes_no_number(tiny_model, tmp_path):
     """train.activation_checkpointing recomputes the layers in backward: the same losses, gradient norms and
     rollouts as without it (deterministic CPU kernels)."""

@@ -39,7 +39,7 @@ from grove.models.pretrained import load_policy
 from grove.rollout.generation_weights import GenerationWeights
 from grove.rollout.prepacked_linear import prepacking_supported
 
-__all__ = ["PolicyModels", "build_policy_models"]
+__all__ = ["PolicyModels", "build_policy_models", "set_activation_checkpointing"]
 
 
 @dataclass
@@ -112,6 +112,20 @@ def _load_checkpoint_weights(model: nn.Module, path: Path, lora: bool) -> None:
         ckpt.load_model_weights(model, path)
 
 
+def set_activation_checkpointing(causal_lm: nn.Module, enabled: bool) -> None:
+    """Switch transformers' activation checkpointing (non-reentrant) of ``causal_lm`` on or off
+    (``train.activation_checkpointing``; transformers >= 5.2x names it ``activation_checkpointing_*``)."""
+    if hasattr(causal_lm, "activation_checkpointing_enable"):
+        if enabled:
+            causal_lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            causal_lm.activation_checkpointing_disable()
+    elif enabled:
+        causal_lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        causal_lm.gradient_checkpointing_disable()
+
+
 def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None) -> PolicyModels:
     dtype = getattr(torch, cfg.model.dtype)
     causal_lm, tokenizer = load_policy(cfg.model.name, dtype=dtype)
@@ -121,10 +135,7 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
     if resume_from is not None:
         _load_checkpoint_weights(causal_lm, resume_from, lora)
     if cfg.train.activation_checkpointing:  # recompute each layer in backward (generation runs in eval: no effect)
-        if hasattr(causal_lm, "activation_checkpointing_enable"):  # transformers >= 5.2x
-            causal_lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            causal_lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        set_activation_checkpointing(causal_lm, True)
     causal_lm.to(world.device)
     sharded = world.distributed and cfg.distributed.strategy == "fsdp2"
     generation_weights = None
