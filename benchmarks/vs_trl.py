@@ -18,7 +18,10 @@ benchmark-only extra: ``pip install -e '.[bench]'``.
     python benchmarks/vs_trl.py --rounds 2 --steps 3
 
 Each worker prints one JSON line; the parent prints per-step medians (the first step of each process is
-reported separately as warm-up), phases, generated tokens/s, peak RSS and the same-precision ratios.
+reported separately as warm-up), phases, generated tokens/s, peak RSS, the mean share of groups whose completions
+all got one reward (TRL's ``frac_reward_zero_std``, grove's ``zero_std_group_fraction``: grove leaves those
+samples out of the update, ``train.skip_zero_advantage``, so its update time depends on that share; pass
+``--set train.skip_zero_advantage=false`` to compute them as TRL does) and the same-precision ratios.
 ``--device cuda --model DIR`` runs the same comparison on a GPU with a local model directory (peak GPU
 memory is then reported too); ``--set KEY=VALUE`` passes overrides to the grove workers (e.g.
 ``--set rollout.bf16_weights=false`` for bf16 generation under autocast from the fp32 weights). Where bf16 products
@@ -106,7 +109,7 @@ def worker_grove(
         m = trainer.train_step()
         rows.append({
             "step": time.perf_counter() - start, "generation": m["rollout_seconds"], "train": m["train_seconds"],
-            "generated_tokens": m["generated_tokens"],
+            "generated_tokens": m["generated_tokens"], "zero_std_groups": m.get("zero_std_group_fraction"),
         })
     return {"impl": name, "steps": rows, "peak_rss_gb": peak_rss_gb(), "peak_gpu_gb": peak_gpu_gb()}
 
@@ -165,6 +168,7 @@ def worker_trl(steps: int, threads: int, precision: str, device: str, model: str
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "completions/mean_length" in logs and rows:
                 rows[-1]["generated_tokens"] = logs["completions/mean_length"] * PROMPTS_PER_STEP * GROUP
+                rows[-1]["zero_std_groups"] = logs.get("frac_reward_zero_std")
 
     trainer.add_callback(StepTimer())
     trainer.train()
@@ -185,19 +189,23 @@ def summarise(results: list[dict]) -> None:
         med = {k: statistics.median(s[k] for s in steady) for k in ("step", "generation", "train")}
         tok = statistics.median(s["generated_tokens"] / s["generation"] for s in steady if s.get("generated_tokens"))
         gpu = [r["peak_gpu_gb"] for r in runs if r.get("peak_gpu_gb") is not None]
+        zero_std = [s["zero_std_groups"] for s in steady if s.get("zero_std_groups") is not None]
         table[impl] = dict(
+            zero_std=statistics.mean(zero_std) if zero_std else None,
             median=med, lo=min(s["step"] for s in steady), hi=max(s["step"] for s in steady), first=first,
             tok_s=tok, rss=max(r["peak_rss_gb"] for r in runs), gpu=max(gpu) if gpu else None, n=len(steady),
         )
     gpu_col = any(t["gpu"] is not None for t in table.values())
     print("\n| | s/step median (range) | generation s | fwd+bwd+optim s | gen tokens/s | peak RSS GB |"
-          + (" peak GPU GB |" if gpu_col else "") + " first step s |")
-    print("|---|---|---|---|---|---|" + ("---|" if gpu_col else "") + "---|")
+          + (" peak GPU GB |" if gpu_col else "") + " first step s | groups with one reward |")
+    print("|---|---|---|---|---|---|" + ("---|" if gpu_col else "") + "---|---|")
     for impl, t in table.items():
         m = t["median"]
         gpu = f" {t['gpu']:.2f} |" if gpu_col else ""
+        zero_std = "–" if t["zero_std"] is None else f"{t['zero_std']:.0%}"
         print(f"| {impl} (n={t['n']}) | {m['step']:.1f} ({t['lo']:.1f}–{t['hi']:.1f}) | {m['generation']:.1f} | "
-              f"{m['train']:.1f} | {t['tok_s']:.0f} | {t['rss']:.2f} |{gpu} {', '.join(f'{x:.1f}' for x in t['first'])} |")
+              f"{m['train']:.1f} | {t['tok_s']:.0f} | {t['rss']:.2f} |{gpu} {', '.join(f'{x:.1f}' for x in t['first'])} | "
+              f"{zero_std} |")
     for impl, peer in PEERS.items():
         if impl in table and peer in table:
             speed = table[peer]["median"]["step"] / table[impl]["median"]["step"]

@@ -33,6 +33,15 @@ def scripted_reward(prompts, completions, **kwargs):
     return [(zlib.crc32(c.encode()) % 5) / 4.0 for c in completions]
 
 
+def agreeing_reward(prompts, completions, **kwargs):
+    """:func:`scripted_reward`, except that every completion of two prompts in three (by a hash of the prompt) gets
+    0.5: their groups have zero advantages, so ``train.skip_zero_advantage`` leaves them out of the update (in the
+    first step one rank of two then holds no sample with a signal and runs the other's micro-batch count with weight
+    0; in the second no rank has one)."""
+    return [0.5 if zlib.crc32(str(p).encode()) % 3 else r for p, r in zip(prompts, scripted_reward(prompts, completions),
+                                                                         strict=True)]
+
+
 class ScriptedEngine(TransformersEngine):
     """Completions that depend only on (prompt tokens, index in the group), never on the rank or the RNG: a word of
     :data:`WORDS` and random tokens."""

@@ -11,8 +11,10 @@ to a reference model that FSDP2 shards too), and GRPO with D^3S at batch scope f
 (whole-batch max-variance selection and top-|A|·H ranking over every rank's tokens; ranks then train on
 different numbers of samples, so the micro-batch count equalisation is exercised), and GiGPO on FrozenLake
 episodes (one sample per turn, step tables and anchor states gathered across ranks), LoRA with a KL term to
-the adapter-disabled reference (no-grad passes through the sharded module before the update), and two PPO
-epochs with recomputed old log-probs (ratio ≠ 1 in the second).
+the adapter-disabled reference (no-grad passes through the sharded module before the update), two PPO
+epochs with recomputed old log-probs (ratio ≠ 1 in the second), and most groups with one reward (their
+zero-advantage samples left out of the update, ``train.skip_zero_advantage``, so ranks compute different numbers
+of samples).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ ALGORITHMS = {
     "lora_kl": [
         "algorithm={advantage: {id: grpo}, aggregation: token_mean, kl: {coef: 0.1, estimator: k3}}",
         "model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj, up_proj]}",
+    ],
+    "agreeing_groups": [  # most groups with one reward: their samples are left out of the update
+        "algorithm={advantage: {id: grpo}, aggregation: token_mean}",
+        "rewards=[{id: 'distributed_worker:agreeing_reward'}]",
     ],
     "two_epochs_recompute": [
         "algorithm={advantage: {id: grpo}, aggregation: token_mean}",
@@ -139,7 +145,7 @@ def _assert_same_run(run: Path, reference: Path, steps: list[int]) -> None:
     for step in steps:
         g = next(m for m in got if m["step"] == step)
         w = next(m for m in want if m["step"] == step)
-        for key in ("loss", "grad_norm", "trained_tokens", "reward_mean"):
+        for key in ("loss", "grad_norm", "trained_tokens", "reward_mean", "zero_advantage_samples_skipped"):
             if key in w:
                 assert g[key] == pytest.approx(w[key], rel=1e-4, abs=1e-6), f"{run.name} step {step} {key}"
     base = _weights(reference, 0 + steps[0] - 1) if steps[0] > 1 else None
@@ -155,6 +161,8 @@ def _assert_same_run(run: Path, reference: Path, steps: list[int]) -> None:
 def test_two_ranks_equal_one_process(runs, strategy, algorithm):
     run, reference = runs / f"{strategy}-{algorithm}", runs / f"one-{algorithm}"
     _assert_same_run(run, reference, [1, 2])
+    if algorithm == "agreeing_groups":  # the skip happened
+        assert all(m["zero_advantage_samples_skipped"] > 0 for m in _metrics(reference))
     final = _weights(run, 2)
     if algorithm.startswith("lora"):  # adapters only; B starts at zero
         assert any(final[k].abs().max() > 1e-3 for k in final if "lora_B" in k), "the adapters did not train"

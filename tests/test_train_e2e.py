@@ -47,6 +47,9 @@ def base_overrides(model: Path, out: Path, **extra) -> list[str]:
         "checkpoint.keep_last": 3,
         "logging.progress": False,
         "logging.tensorboard": True,
+        # the tiny random model's rewards are all 0, so every advantage is 0; these tests check what the update
+        # computes, so it computes every sample (the default leaves them out: tests/test_zero_advantage_skip.py)
+        "train.skip_zero_advantage": False,
     }
     values.update(extra)
     args = []
@@ -82,6 +85,7 @@ def test_train_end_to_end(tiny_model, tmp_path):
     assert result.exit_code == 0, result.output
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["zero_advantage_samples_skipped"] == 0 and r["trained_tokens"] > 0 for r in rows)
     required = {
         "reward_mean", "reward_std", "accuracy", "advantage_mean", "advantage_std", "zero_std_group_fraction",
         "loss", "entropy", "clip_frac", "grad_norm", "completion_length_mean", "logprob_mismatch_max",

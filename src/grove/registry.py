@@ -40,6 +40,7 @@ class Entry(Generic[T]):
     requires: frozenset[str] = frozenset()
     formula: str = ""
     reference: str = ""
+    zero_advantage_rows_skippable: bool = False
 
 
 class UnknownComponentError(KeyError):
@@ -66,6 +67,7 @@ class Registry(Generic[T]):
         requires: tuple[str, ...] = (),
         formula: str = "",
         reference: str = "",
+        zero_advantage_rows_skippable: bool = False,
     ) -> Callable[[T], T]:
         """Decorator registering ``fn`` under ``id``. Ids are lowercase ``[a-z0-9_]`` and unique.
 
@@ -76,6 +78,13 @@ class Registry(Generic[T]):
         reference model is loaded even with ``kl.coef: 0``); the pipeline provides them when the
         component is selected. ``formula`` (one line) and ``reference`` (the implementation whose
         numbers it matches) document the component in the generated tables.
+
+        ``zero_advantage_rows_skippable`` (policy losses and loss aggregations): a sample whose advantages are all
+        zero contributes nothing to the gradient and changes no other sample's term (the loss of a row depends on
+        that row alone and vanishes with its advantages; the aggregation is a sum of per-row terms over global
+        counts), so the update may leave such samples out of its forward and backward
+        (``train.skip_zero_advantage``). Off unless declared: a component that couples rows (a covariance over the
+        micro-batch, a per-micro-batch mean) must not set it.
         """
         if not id or id != id.lower() or not id.replace("_", "").isalnum():
             raise ValueError(f"{self.kind} id {id!r} must be lowercase letters, digits and '_'")
@@ -85,7 +94,8 @@ class Registry(Generic[T]):
                 raise ValueError(f"{self.kind} id {id!r} is already registered")
             doc = (fn.__doc__ or "").strip().splitlines()
             self._entries[id] = Entry(
-                id, fn, params, paper, summary or (doc[0] if doc else ""), frozenset(requires), formula, reference
+                id, fn, params, paper, summary or (doc[0] if doc else ""), frozenset(requires), formula, reference,
+                zero_advantage_rows_skippable,
             )
             return fn
 

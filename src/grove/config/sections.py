@@ -180,6 +180,16 @@ class TrainConfig(Section):
         "from every layer's intermediates to one hidden vector per layer and token, for about one extra forward "
         "(~+30% update time). For long sequences; off by default.",
     )
+    skip_zero_advantage: bool = Field(
+        True,
+        description="Leave the samples whose advantages are all zero (e.g. every completion of a group got the same "
+        "reward) out of the update's forward and backward: their policy-gradient term is exactly zero, so the "
+        "gradients and the optimizer step are unchanged. Applies only where that is exact: a policy loss and an "
+        "aggregation that declare it (every built-in except clip_cov, kl_cov and micro_token_mean), no KL term in the "
+        "loss, no entropy bonus or entropy target, no D^3S token selection. Per-token statistics (entropy, clip "
+        "fractions, log-prob mismatch) are then averaged over the samples computed; `zero_advantage_samples_skipped` "
+        "counts the others. false: compute every sample.",
+    )
     compile: bool = Field(
         False,
         description="Compile each decoder layer of the training model with torch.compile (inductor, dynamic shapes; "

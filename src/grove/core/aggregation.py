@@ -95,6 +95,7 @@ def _count_rows(mask: Tensor, count_empty_rows: bool) -> float:
     summary="Sum over all loss tokens / num_tokens.",
     formula="sum_{i,t} m x / sum m (mini-batch token count)",
     reference="verl agg_loss token-mean; TRL loss_type='dapo'",
+    zero_advantage_rows_skippable=True,
 )
 def token_mean(token_values: Tensor, mask: Tensor, scale: AggregationScale) -> Tensor:
     """Token-level mean (DAPO, Yu et al. 2025): ``sum_{i,t} m_it x_it / num_tokens``."""
@@ -106,6 +107,7 @@ def token_mean(token_values: Tensor, mask: Tensor, scale: AggregationScale) -> T
     summary="Per-sequence token sum, averaged over sequences.",
     formula="(1/N) sum_{i,t} m x",
     reference="verl agg_loss seq-mean-token-sum",
+    zero_advantage_rows_skippable=True,
 )
 def seq_mean_token_sum(token_values: Tensor, mask: Tensor, scale: AggregationScale) -> Tensor:
     """``sum_i (sum_t m_it x_it) / num_sequences``."""
@@ -118,6 +120,7 @@ def seq_mean_token_sum(token_values: Tensor, mask: Tensor, scale: AggregationSca
     summary="Per-sequence token mean, averaged over sequences.",
     formula="(1/N) sum_i (sum_t m x / n_i)",
     reference="verl agg_loss seq-mean-token-mean; TRL loss_type='grpo'",
+    zero_advantage_rows_skippable=True,
 )
 def seq_mean_token_mean(token_values: Tensor, mask: Tensor, scale: AggregationScale) -> Tensor:
     """Original GRPO (Shao et al. 2024): ``sum_i (sum_t m_it x_it / n_i) / num_sequences``.
@@ -135,6 +138,7 @@ def seq_mean_token_mean(token_values: Tensor, mask: Tensor, scale: AggregationSc
     summary="Sum over all loss tokens / (num_sequences * max_response_length).",
     formula="sum_{i,t} m x / (N · L_max), L_max = rollout.max_new_tokens",
     reference="verl agg_loss seq-mean-token-sum-norm; TRL loss_type='dr_grpo'",
+    zero_advantage_rows_skippable=True,
 )
 def seq_mean_token_sum_norm(token_values: Tensor, mask: Tensor, scale: AggregationScale) -> Tensor:
     """Dr. GRPO (Liu et al. 2025): ``sum_{i,t} m_it x_it / (num_sequences * max_response_length)``.

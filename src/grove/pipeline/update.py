@@ -20,6 +20,15 @@ parameters in every forward, so all ranks must run as many). With one mini-batch
 gradients and update equal the single-process run on the union of the ranks' samples
 (``tests/test_distributed_equivalence.py``); with several, each rank splits its own samples.
 
+Samples without signal (``train.skip_zero_advantage``, where :attr:`LossComponents.skip_zero_advantage` says it
+is exact): a sample whose advantages are all zero, e.g. each completion of a group whose rewards are all equal,
+adds exactly zero to the gradient of a row-local loss that is linear in the advantages, so it is left out of the
+forward and backward (:func:`samples_with_signal`). The aggregation scale still counts it, so the loss, the
+gradients and the optimizer step are those of the full computation up to summation order; when no sample of a
+mini-batch has a signal the gradients are set to zero and the optimizer still steps (AdamW's moments decay and
+weight decay applies, as after a zero gradient). Early in a run most groups agree (a demo step had 12–72% of its
+loss tokens with a non-zero advantage), so this is the update's largest saving on binary rewards.
+
 Non-finite guard: a mini-batch whose loss (on any rank) or global gradient norm is not finite does not step
 the optimizer or the learning-rate schedule; its gradients are dropped, the skip is counted
 (``skipped_optimizer_steps``) and the trajectories of the offending micro-batches are logged as a warning.
@@ -78,6 +87,7 @@ class LossComponents:
     precision: str = "fp32"  # "bf16": forward under bfloat16 autocast
     token_selection: TokenSelection | None = None  # D^3S token-level down-sampling (grove.pipeline.downsampling)
     sequence_count: SequenceCount = "all_rows"  # which rows the seq_mean_* aggregations count (grove.core.aggregation)
+    skip_zero_advantage: bool = False  # leave zero-advantage samples out (exact for this config; see samples_with_signal)
 
 
 @dataclass(frozen=True)
@@ -122,9 +132,10 @@ class TokenStats:
         return {k: v / max(self.tokens, 1.0) for k, v in self.sums.items()}
 
     def summed_over(self, world: World) -> TokenStats:
-        """These sums added over all ranks (the same statistic names on every rank)."""
-        names = sorted(self.sums)
-        totals = world.sum_floats([self.tokens, *(self.sums[k] for k in names)], "update: metrics")
+        """These sums added over all ranks (a rank that computed no sample, ``train.skip_zero_advantage``, has no
+        statistic names of its own: the names are the union over ranks)."""
+        names = sorted(set().union(*world.gather_objects(sorted(self.sums), "update: metric names")))
+        totals = world.sum_floats([self.tokens, *(self.sums.get(k, 0.0) for k in names)], "update: metrics")
         out = TokenStats()
         out.tokens = totals[0]
         out.sums.update(zip(names, totals[1:], strict=True))
@@ -195,6 +206,33 @@ def _global_scale(
         num_tokens=max(kept if _selects_in_loss(parts, coefs) else tokens, 1.0),
         num_sequences=max(sequences, 1.0),
     )
+
+
+def samples_with_signal(mini: RolloutBatch) -> Tensor:
+    """``bool [samples]``: which samples have a loss token with a non-zero advantage.
+
+    The others (every completion of a group with one reward, a sample without loss tokens) contribute exactly zero
+    to the gradient of a loss that is row-local and linear in its advantages, aggregated as a sum of per-row terms
+    over the mini-batch's global counts (``zero_advantage_rows_skippable`` in the registries): their forward and
+    backward are work for nothing. ``train.skip_zero_advantage`` leaves them out; the aggregation scale is still
+    the whole mini-batch's, so every other sample's term is unchanged."""
+    return ((mini.advantages != 0) & (mini.loss_mask != 0)).any(dim=1)
+
+
+def _skipping(parts: LossComponents, coefs: Coefficients) -> bool:
+    return parts.skip_zero_advantage and coefs.entropy == 0 and not _selects_tokens(parts, coefs)
+
+
+def loss_statistic_names(parts: LossComponents) -> list[str]:
+    """The names of the policy loss's per-token statistics, from the loss on one fully masked token: an update that
+    computed no sample (every advantage zero, ``train.skip_zero_advantage``) still logs each of them, as NaN."""
+    token, index = torch.zeros(1, 1), torch.zeros(1, dtype=torch.long)
+    masked_token = PolicyLossInput(
+        logprobs=token, old_logprobs=token, advantages=token, loss_mask=token, ref_logprobs=token,
+        rollout_logprobs=token, entropy=token, group_index=index, trajectory_index=index, step_index=index,
+        anchor_index=index,
+    )
+    return list(parts.policy_loss(masked_token, parts.policy_params).token_stats)
 
 
 def largest_first(micro_indices: list[Tensor], tokens: Tensor) -> list[Tensor]:
@@ -287,6 +325,7 @@ def policy_update(
     grad_tokens = 0.0
     signal_tokens = 0.0
     skipped = 0
+    zero_advantage_skipped = 0
     for epoch in range(schedule.ppo_epochs):
         order = torch.randperm(n, generator=generator) if not schedule.on_policy else torch.arange(n)
         # exactly `mini_batches` near-equal mini-batches, whatever the step's sample count (agent steps vary)
@@ -298,11 +337,19 @@ def policy_update(
             by_length = torch.argsort(tokens, descending=True, stable=True)
             if parts.forward != "padded":
                 by_length = by_length[torch.argsort(mini.group_index[by_length], stable=True)]
-            micro_indices = largest_first(list(torch.split(by_length, schedule.micro_batch_size)), tokens)
+            left_out = by_length[:0]
+            if _skipping(parts, coefs):  # samples whose gradient is exactly zero are not computed
+                signal = samples_with_signal(mini)[by_length]
+                by_length, left_out = by_length[signal], by_length[~signal]
+                if epoch == 0:
+                    zero_advantage_skipped += len(left_out)
+            micro_indices = largest_first([m for m in torch.split(by_length, schedule.micro_batch_size) if len(m)], tokens)
             # every rank runs as many micro-batches (FSDP2 gathers parameters in each forward); extra ones
-            # repeat the last with weight 0
+            # repeat the last (or, on a rank with none, its shortest sample) with weight 0
             real = len(micro_indices)
-            micro_indices += [micro_indices[-1]] * (world.max_int(real, "update: micro-batch count") - real)
+            count = world.max_int(real, "update: micro-batch count")
+            filler = micro_indices[-1:] or [torch.argsort(tokens, stable=True)[:1]]
+            micro_indices += filler * (count - real)
             candidates = mini.loss_mask  # loss tokens before token selection (for the statistics)
             if _selects_tokens(parts, coefs) and not _selects_in_loss(parts, coefs):
                 mini = mini.replace(
@@ -340,6 +387,10 @@ def policy_update(
                         mismatch_max = max(mismatch_max, float(mismatch.max()) if mismatch.numel() else 0.0)
                         mismatch_sum += float(mismatch.sum())
                         mismatch_tokens += float(mb.loss_mask.sum())
+            grad_tokens += float(mini.loss_mask[left_out].sum())  # in the loss, with a zero gradient
+            if count == 0:  # no sample of any rank has a signal: the gradient is zero, and the optimizer still steps
+                for p in params:
+                    p.grad = torch.zeros_like(p)
             max_norm = schedule.max_grad_norm if schedule.max_grad_norm is not None else float("inf")
             with world.phase("update: gradient norm"):
                 grad_norm = strategy.clip_grad_norm(params, max_norm)
@@ -360,11 +411,13 @@ def policy_update(
     if world.distributed:  # the run's numbers, not this rank's: sums over ranks, the largest mismatch
         token_stats = token_stats.summed_over(world)
         losses = world.sum_floats(losses, "update: metrics")
-        mismatch_sum, mismatch_tokens, grad_tokens, signal_tokens = world.sum_floats(
-            [mismatch_sum, mismatch_tokens, grad_tokens, signal_tokens], "update: metrics"
+        mismatch_sum, mismatch_tokens, grad_tokens, signal_tokens, zero_advantage_skipped = world.sum_floats(
+            [mismatch_sum, mismatch_tokens, grad_tokens, signal_tokens, float(zero_advantage_skipped)], "update: metrics"
         )
         mismatch_max = max(world.gather_objects(mismatch_max, "update: metrics"))
     means = token_stats.means()
+    if not token_stats.sums:  # no sample was computed: the statistics were not measured
+        means = {name: float("nan") for name in loss_statistic_names(parts)}
     metrics = {
         "loss": sum(losses) / len(losses),
         "grad_norm": sum(grad_norms) / len(grad_norms),
@@ -377,6 +430,7 @@ def policy_update(
         "grad_tokens": grad_tokens,
         "grad_tokens_with_signal": signal_tokens,
         "skipped_optimizer_steps": float(skipped),
+        "zero_advantage_samples_skipped": float(zero_advantage_skipped),
     }
     if _selects_tokens(parts, coefs):
         metrics["selection/token_keep_ratio"] = coefs.token_keep_ratio

@@ -45,6 +45,7 @@ class PPOClipParams(BaseModel):
     formula="-min(r A, clip(r, 1-clip_low, 1+clip_high) A), r = exp(clamp(logp - old, ±20)); "
     "dual clip caps A<0 losses at -c A",
     reference="verl compute_policy_loss_vanilla (verl's dual clip is always on with c = 3; here off by default)",
+    zero_advantage_rows_skippable=True,
 )
 def ppo_clip(inputs: PolicyLossInput, params: PPOClipParams) -> PolicyLossOutput:
     """PPO clipped surrogate (Schulman et al. 2017), per token.

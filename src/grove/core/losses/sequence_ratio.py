@@ -46,6 +46,7 @@ class GSPOParams(BaseModel):
     "<= 10; max(-A s_it, -A clip(s_it, 1-clip_low, 1+clip_high))",
     reference="verl compute_policy_loss_gspo (GSPO-token form); TRL importance_sampling_level='sequence_token' "
     "up to the <= 10 clamp",
+    zero_advantage_rows_skippable=True,
 )
 def gspo(inputs: PolicyLossInput, params: GSPOParams) -> PolicyLossOutput:
     """Group Sequence Policy Optimization (Zheng et al. 2025, arXiv:2507.18071), GSPO-token form.
@@ -100,6 +101,7 @@ class GMPOParams(BaseModel):
     formula="l'_t = sgn(A) min(sgn(A) l_t, sgn(A) clamp(l_t, -clip_low, clip_high)), l = logp - old; "
     "r_i = exp(sum_t l'_t / (n_i + 1e-8)), Abar_i = sum_t A / (n_i + 1e-8), L_i = -Abar_i r_i on each loss token",
     reference="verl compute_policy_loss_geo_mean (which ignores the aggregation and takes mean_i L_i)",
+    zero_advantage_rows_skippable=True,
 )
 def gmpo(inputs: PolicyLossInput, params: GMPOParams) -> PolicyLossOutput:
     """Geometric-Mean Policy Optimization (Zhao et al. 2025, arXiv:2507.20673), as verl's ``geo_mean``.

@@ -44,6 +44,7 @@ class CISPOParams(BaseModel):
     summary="CISPO: -sg(clip(ratio)) * A * logp; clipped tokens keep their gradient.",
     formula="-sg(clip(r, 1-clip_low, 1+clip_high)) A logp, r = exp(clamp(logp - old, ±20)); clip_low: null = no lower bound",
     reference="verl compute_policy_loss_cispo; TRL loss_type='cispo' (clip_low: null, clip_high = epsilon_high - 1)",
+    zero_advantage_rows_skippable=True,
 )
 def cispo(inputs: PolicyLossInput, params: CISPOParams) -> PolicyLossOutput:
     """CISPO (MiniMax-M1, arXiv:2506.13585), as verl's ``compute_policy_loss_cispo``.
@@ -89,6 +90,7 @@ class SAPOParams(BaseModel):
     summary="SAPO: -(4/tau) sigmoid(tau (ratio - 1)) * A, a soft trust region instead of the hard clip.",
     formula="-(4/tau) sigmoid(tau (r - 1)) A, r = exp(clamp(logp - old, ±20)), tau = tau_pos if A > 0 else tau_neg",
     reference="verl compute_policy_loss_sapo (which always aggregates seq-mean-token-mean); TRL loss_type='sapo'",
+    zero_advantage_rows_skippable=True,
 )
 def sapo(inputs: PolicyLossInput, params: SAPOParams) -> PolicyLossOutput:
     """Soft Adaptive Policy Optimization (Gao et al. 2025, arXiv:2511.20347), as verl's ``sapo``.
@@ -125,6 +127,7 @@ def sapo(inputs: PolicyLossInput, params: SAPOParams) -> PolicyLossOutput:
     summary="Plain policy gradient -A * logp (verl gpg); no ratio, on-policy only.",
     formula="-A logp",
     reference="verl compute_policy_loss_gpg",
+    zero_advantage_rows_skippable=True,
 )
 def reinforce(inputs: PolicyLossInput, params: NoParams) -> PolicyLossOutput:
     """REINFORCE (Williams 1992) / GPG (Chu et al. 2025): ``loss = -A * logp``, as verl's ``gpg``.
