@@ -74,6 +74,8 @@ def test_documented_policy_loss_matches_hand_values_and_trains_through_the_cli(t
     torch.testing.assert_close(out.token_stats["entropy_bonus"], torch.tensor([[0.2, 1.0, 0.0, 0.0]]))
     (grad,) = torch.autograd.grad(out.token_loss.sum(), logp)
     torch.testing.assert_close(grad, torch.tensor([[-1.2, 1.0, 0.0, 0.0]]))  # -(A + bonus) * grad(logp)
+    # the token with A = 0 has no gradient, as the registration declares (train.skip_zero_advantage may skip it)
+    assert POLICY_LOSSES.entry("entropy_shaped_ppo").zero_advantage_rows_skippable
     with pytest.raises(ValueError, match="needs inputs.entropy"):
         loss(PolicyLossInput(logp, logp.detach(), adv, mask), params)
 
