@@ -25,6 +25,11 @@ the weights once), printed as a share of the full step.
 
 ``--measured PRECISION:GEN_S:UPDATE_S`` adds the measured phase times (e.g. from ``benchmarks/vs_trl.py``)
 and prints each phase's efficiency (floor ÷ measured).
+
+``--update-share S`` scales the update's tokens by ``S``, the share of the step's samples the update computes:
+with ``train.skip_zero_advantage`` (the default) the samples of groups whose rewards all agree are left out, so the
+update's floor is that of the work it does (``1 − zero_advantage_samples_skipped / samples``, read from the run's
+metrics; whole groups leave, so their prompts leave too).
 """
 
 from __future__ import annotations
@@ -98,6 +103,9 @@ def main() -> None:
     parser.add_argument("--decode-rows", type=int, default=64, help="rows of a full decode step")
     parser.add_argument("--train-rows", type=int, default=400, help="tokens of one packed micro-batch")
     parser.add_argument("--measured", action="append", default=[], metavar="PRECISION:GEN_S:UPDATE_S")
+    parser.add_argument("--update-share", type=float, default=1.0,
+                        help="share of the step's samples the update computes (train.skip_zero_advantage leaves out "
+                        "the rest)")
     parser.add_argument("--decode-steps-timed", action="store_true",
                         help="also time the model's real decode step at 1 and --decode-rows rows (loads SmolLM2)")
     args = parser.parse_args()
@@ -117,7 +125,9 @@ def main() -> None:
     for name, dtype, size in (("fp32", torch.float32, 4), ("bf16", torch.bfloat16, 2)):
         train_peak = matmul_gflops(train_shapes, dtype)
         decode_peak = matmul_gflops(decode_shapes, dtype)
-        update_flops = 6 * (n_body * (args.prompt_tokens + args.response_tokens) + n_head * args.response_tokens)
+        update_flops = args.update_share * 6 * (
+            n_body * (args.prompt_tokens + args.response_tokens) + n_head * args.response_tokens
+        )
         update_floor = update_flops / (train_peak * 1e9)
         weight_bytes = size * (n_body + n_head)
         streaming = args.decode_steps * weight_bytes / (bandwidth * 1e9)
