@@ -14,6 +14,7 @@ import torch
 
 from grove.batch import RolloutBatch
 from grove.config import load_config
+from grove.config.derived import zero_advantage_skip_blocker
 from grove.core.losses import PolicyLossInput, PolicyLossOutput
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.distributed.strategies import Strategy
@@ -28,7 +29,7 @@ from grove.pipeline.update import (
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
-from grove.training.trainer import resolve_loss_components, zero_advantage_skip_is_exact
+from grove.training.trainer import resolve_loss_components
 
 SKIPPABLE_LOSSES = [e.id for e in POLICY_LOSSES if e.zero_advantage_rows_skippable]
 SKIPPABLE_AGGREGATIONS = [e.id for e in LOSS_AGGREGATIONS if e.zero_advantage_rows_skippable]
@@ -161,23 +162,33 @@ def test_a_rank_without_signal_runs_the_other_ranks_micro_batch_count_with_weigh
 
 
 def test_the_skip_applies_only_where_it_is_exact():
-    assert zero_advantage_skip_is_exact(load_config(None, []))
+    assert zero_advantage_skip_blocker(load_config(None, [])) is None
     assert resolve_loss_components(load_config(None, [])).skip_zero_advantage
     assert set(SKIPPABLE_LOSSES) - {"test_rows_seen_loss"} == {"ppo_clip", "gspo", "gmpo", "cispo", "sapo", "reinforce"}
     assert set(SKIPPABLE_AGGREGATIONS) == {"token_mean", "seq_mean_token_sum", "seq_mean_token_mean",
                                            "seq_mean_token_sum_norm"}
-    for overrides in (
-        ["train.skip_zero_advantage=false"],
-        ["algorithm.policy_loss={id: clip_cov}"],  # a covariance over the micro-batch's tokens
-        ["algorithm.policy_loss={id: kl_cov}"],
-        ["algorithm.aggregation=micro_token_mean"],  # a mean per micro-batch
-        ["algorithm.kl.coef=0.1"],  # the KL term has a gradient whatever the advantage
-        ["algorithm.entropy.coef=0.01"],
-        ["algorithm.entropy={coef: 0.0, target: 0.5}"],  # the controller reads the update's entropy
-        ["selection={tokens: {scope: sequence, ratio: 0.5}}"],
+    for overrides, reason in (
+        (["train.skip_zero_advantage=false"], "is false"),
+        (["algorithm.policy_loss={id: clip_cov}"], "'clip_cov' does not declare"),  # a covariance over the micro-batch
+        (["algorithm.policy_loss={id: kl_cov}"], "'kl_cov' does not declare"),
+        (["algorithm.aggregation=micro_token_mean"], "'micro_token_mean' does not declare"),  # a per-micro-batch mean
+        (["algorithm.kl.coef=0.1"], "algorithm.kl"),  # the KL term has a gradient whatever the advantage
+        (["algorithm.entropy.coef=0.01"], "algorithm.entropy"),
+        (["algorithm.entropy={coef: 0.0, target: 0.5}"], "algorithm.entropy"),  # the controller reads the entropy
+        (["selection={tokens: {scope: sequence, ratio: 0.5}}"], "selection.tokens"),
     ):
-        assert not zero_advantage_skip_is_exact(load_config(None, overrides)), overrides
-    assert zero_advantage_skip_is_exact(load_config(None, ["algorithm.kl={coef: 0.1, placement: reward}"]))
+        cfg = load_config(None, overrides)
+        assert reason in (zero_advantage_skip_blocker(cfg) or ""), overrides
+        assert not resolve_loss_components(cfg).skip_zero_advantage
+    assert zero_advantage_skip_blocker(load_config(None, ["algorithm.kl={coef: 0.1, placement: reward}"])) is None
+
+
+def test_config_show_says_whether_the_skip_applies():
+    from test_train_e2e import run_cli
+
+    assert "leaves zero-advantage samples out" in run_cli(["config", "show", "--no-memory"]).output
+    shown = run_cli(["config", "show", "--no-memory", "--set", "algorithm.kl.coef=0.1"]).output
+    assert "computes every sample: the KL term in the loss" in shown
 
 
 @pytest.fixture(scope="module")

@@ -284,8 +284,13 @@ def config_show(
     for key, value in cfg.derived().items():
         table.add_row(key, str(value))
     console.print(table)
-    from grove.config.derived import generates_from_bf16_copy
+    from grove.config.derived import generates_from_bf16_copy, zero_advantage_skip_blocker
 
+    blocker = zero_advantage_skip_blocker(cfg)
+    console.print(
+        "the update leaves zero-advantage samples out (train.skip_zero_advantage)" if blocker is None
+        else f"the update computes every sample: {blocker}", highlight=False,
+    )
     _print_precision_warning(cfg.train.precision, generates_from_bf16_copy(cfg), _run_device(cfg))
     if memory:
         try:

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from grove.config.schema import GroveConfig
     from grove.config.sections import TrainConfig
 
-__all__ = ["batch_quantities", "generates_from_bf16_copy", "needs_reference_model"]
+__all__ = ["batch_quantities", "generates_from_bf16_copy", "needs_reference_model", "zero_advantage_skip_blocker"]
 
 
 def batch_quantities(t: TrainConfig) -> dict[str, int]:
@@ -41,3 +41,29 @@ def generates_from_bf16_copy(cfg: GroveConfig) -> bool:
     if cfg.rollout.bf16_weights is not None:
         return cfg.rollout.bf16_weights
     return cfg.train.precision == "bf16"
+
+
+def zero_advantage_skip_blocker(cfg: GroveConfig) -> str | None:
+    """Why ``train.skip_zero_advantage`` does not apply to this config (``None``: it applies).
+
+    Leaving zero-advantage samples out of the update must change no gradient and no input of a controller: the
+    policy loss and the aggregation must declare it (``zero_advantage_rows_skippable``: row-local and vanishing with
+    the advantage; a sum of per-row terms over global counts), there must be no KL term in the loss, no entropy bonus
+    or entropy target (whose controller reads the update's entropy), and no D^3S token selection (which ranks the
+    tokens of a micro-batch). ``grove config show`` prints the answer."""
+    from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES
+
+    a = cfg.algorithm
+    if not cfg.train.skip_zero_advantage:
+        return "train.skip_zero_advantage is false"
+    if not POLICY_LOSSES.entry(a.policy_loss.id).zero_advantage_rows_skippable:
+        return f"the policy loss {a.policy_loss.id!r} does not declare zero_advantage_rows_skippable"
+    if not LOSS_AGGREGATIONS.entry(a.aggregation).zero_advantage_rows_skippable:
+        return f"the aggregation {a.aggregation!r} does not declare zero_advantage_rows_skippable"
+    if a.kl.coef > 0 and a.kl.placement == "loss":
+        return "the KL term in the loss has a gradient whatever the advantage (algorithm.kl)"
+    if a.entropy.coef != 0 or a.entropy.target is not None:
+        return "an entropy bonus or target reads every sample's entropy (algorithm.entropy)"
+    if cfg.selection.tokens is not None:
+        return "D^3S token selection ranks the tokens of a micro-batch (selection.tokens)"
+    return None

@@ -26,7 +26,7 @@ import torch
 import grove.builtin_components  # noqa: F401
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig
-from grove.config.derived import generates_from_bf16_copy
+from grove.config.derived import generates_from_bf16_copy, zero_advantage_skip_blocker
 from grove.distributed.world import World, derived_seed, init_world
 from grove.evaluation.evaluate import EvalResult
 from grove.experience import SourceContext, build_experience_source
@@ -78,24 +78,7 @@ def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
         precision=cfg.train.precision,
         token_selection=TokenSelection(cfg.selection.tokens.scope) if cfg.selection.tokens is not None else None,
         sequence_count=a.sequence_count,
-        skip_zero_advantage=zero_advantage_skip_is_exact(cfg),
-    )
-
-
-def zero_advantage_skip_is_exact(cfg: GroveConfig) -> bool:
-    """Whether ``train.skip_zero_advantage`` applies to this config: leaving zero-advantage samples out of the
-    update changes no gradient and no logged input of a controller. It needs a policy loss and an aggregation that
-    declare it (``zero_advantage_rows_skippable``), no KL term in the loss, no entropy bonus or entropy target (its
-    controller reads the update's entropy), and no D^3S token selection (which ranks a micro-batch's tokens)."""
-    a = cfg.algorithm
-    return (
-        cfg.train.skip_zero_advantage
-        and POLICY_LOSSES.entry(a.policy_loss.id).zero_advantage_rows_skippable
-        and LOSS_AGGREGATIONS.entry(a.aggregation).zero_advantage_rows_skippable
-        and not (a.kl.coef > 0 and a.kl.placement == "loss")
-        and a.entropy.coef == 0
-        and a.entropy.target is None
-        and cfg.selection.tokens is None
+        skip_zero_advantage=zero_advantage_skip_blocker(cfg) is None,
     )
 
 
