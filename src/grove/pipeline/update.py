@@ -235,6 +235,31 @@ def loss_statistic_names(parts: LossComponents) -> list[str]:
     return list(parts.policy_loss(masked_token, parts.policy_params).token_stats)
 
 
+def _micro_batches(
+    mini: RolloutBatch, parts: LossComponents, coefs: Coefficients, size: int, world: World
+) -> tuple[list[Tensor], int, Tensor]:
+    """The mini-batch's micro-batches (sample indices, largest first), how many of them are real, and the samples
+    left out because they carry no signal (:func:`samples_with_signal`, when :func:`_skipping`).
+
+    Order: groups kept together for the prompt-sharing forwards (within a group, longest first); otherwise
+    length-sorted, which wastes less compute on padding. Every rank runs as many micro-batches (FSDP2 gathers
+    parameters in each forward): the extra ones repeat the last real one (on a rank with none, its shortest sample)
+    and run with weight 0. No micro-batch at all when no rank has a sample to compute."""
+    tokens = mini.response_lengths + mini.prompt_mask.sum(1)
+    order = torch.argsort(tokens, descending=True, stable=True)
+    if parts.forward != "padded":
+        order = order[torch.argsort(mini.group_index[order], stable=True)]
+    left_out = order[:0]
+    if _skipping(parts, coefs):  # samples whose gradient is exactly zero are not computed
+        signal = samples_with_signal(mini)[order]
+        order, left_out = order[signal], order[~signal]
+    micro = largest_first([m for m in torch.split(order, size) if len(m)], tokens)
+    real = len(micro)
+    count = world.max_int(real, "update: micro-batch count")
+    filler = micro[-1:] or [torch.argsort(tokens, stable=True)[:1]]
+    return micro + filler * (count - real), real, left_out
+
+
 def largest_first(micro_indices: list[Tensor], tokens: Tensor) -> list[Tensor]:
     """The micro-batches in decreasing order of their token count (``tokens [samples]``; ties keep their order).
 
@@ -331,25 +356,9 @@ def policy_update(
         # exactly `mini_batches` near-equal mini-batches, whatever the step's sample count (agent steps vary)
         for mini_index, mini_idx in enumerate(torch.tensor_split(order, schedule.mini_batches)):
             mini = batch.select(mini_idx)
-            # micro-batch order: groups kept together for the prompt-sharing forwards (within a group,
-            # longest first); otherwise length-sorted, which wastes less compute on padding
-            tokens = mini.response_lengths + mini.prompt_mask.sum(1)
-            by_length = torch.argsort(tokens, descending=True, stable=True)
-            if parts.forward != "padded":
-                by_length = by_length[torch.argsort(mini.group_index[by_length], stable=True)]
-            left_out = by_length[:0]
-            if _skipping(parts, coefs):  # samples whose gradient is exactly zero are not computed
-                signal = samples_with_signal(mini)[by_length]
-                by_length, left_out = by_length[signal], by_length[~signal]
-                if epoch == 0:
-                    zero_advantage_skipped += len(left_out)
-            micro_indices = largest_first([m for m in torch.split(by_length, schedule.micro_batch_size) if len(m)], tokens)
-            # every rank runs as many micro-batches (FSDP2 gathers parameters in each forward); extra ones
-            # repeat the last (or, on a rank with none, its shortest sample) with weight 0
-            real = len(micro_indices)
-            count = world.max_int(real, "update: micro-batch count")
-            filler = micro_indices[-1:] or [torch.argsort(tokens, stable=True)[:1]]
-            micro_indices += filler * (count - real)
+            micro_indices, real, left_out = _micro_batches(mini, parts, coefs, schedule.micro_batch_size, world)
+            if epoch == 0:
+                zero_advantage_skipped += len(left_out)
             candidates = mini.loss_mask  # loss tokens before token selection (for the statistics)
             if _selects_tokens(parts, coefs) and not _selects_in_loss(parts, coefs):
                 mini = mini.replace(
@@ -388,7 +397,7 @@ def policy_update(
                         mismatch_sum += float(mismatch.sum())
                         mismatch_tokens += float(mb.loss_mask.sum())
             grad_tokens += float(mini.loss_mask[left_out].sum())  # in the loss, with a zero gradient
-            if count == 0:  # no sample of any rank has a signal: the gradient is zero, and the optimizer still steps
+            if not micro_indices:  # no sample of any rank has a signal: the gradient is zero, the optimizer still steps
                 for p in params:
                     p.grad = torch.zeros_like(p)
             max_norm = schedule.max_grad_norm if schedule.max_grad_norm is not None else float("inf")
