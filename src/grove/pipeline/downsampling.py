@@ -34,6 +34,7 @@ __all__ = [
     "select_rollouts",
     "selected_token_count",
     "sequence_advantages",
+    "signal_token_mask",
     "tokens_with_signal",
 ]
 
@@ -112,6 +113,12 @@ def select_loss_tokens(
     return select_tokens(token_scores(advantages, entropy), loss_mask, ratio, scope=scope)
 
 
+def signal_token_mask(mask: Tensor, advantages: Tensor) -> Tensor:
+    """``bool``, the shape of ``mask``: loss tokens whose advantage is non-zero (the ones a policy-gradient term
+    actually moves)."""
+    return (mask != 0) & (advantages != 0)
+
+
 def tokens_with_signal(mask: Tensor, advantages: Tensor) -> float:
-    """Loss tokens whose advantage is non-zero (the ones a policy-gradient term actually moves)."""
-    return float(((mask != 0) & (advantages != 0)).sum())
+    """How many loss tokens have a non-zero advantage (:func:`signal_token_mask`)."""
+    return float(signal_token_mask(mask, advantages).sum())

@@ -65,6 +65,7 @@ from grove.pipeline.downsampling import (
     TokenSelection,
     select_loss_tokens,
     selected_token_count,
+    signal_token_mask,
     tokens_with_signal,
 )
 
@@ -216,7 +217,7 @@ def samples_with_signal(mini: RolloutBatch) -> Tensor:
     over the mini-batch's global counts (``zero_advantage_rows_skippable`` in the registries): their forward and
     backward are work for nothing. ``train.skip_zero_advantage`` leaves them out; the aggregation scale is still
     the whole mini-batch's, so every other sample's term is unchanged."""
-    return ((mini.advantages != 0) & (mini.loss_mask != 0)).any(dim=1)
+    return signal_token_mask(mini.loss_mask, mini.advantages).any(dim=1)
 
 
 def _skipping(parts: LossComponents, coefs: Coefficients) -> bool:
