@@ -171,3 +171,32 @@ def test_step_memory_benchmark_prints_each_phase_on_a_tiny_model(tmp_path, monke
     for phase in ("step 1 generation", "step 1 update", "step 2 generation", "step 2 update"):
         assert f"| {phase} |" in out
     assert "peak RSS (ru_maxrss)" in out
+
+
+def test_decode_step_parts_benchmark_runs_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/decode_step_parts.py: every section prints, and the fused products equal the separate ones."""
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "tiny")
+    monkeypatch.setattr(sys, "argv", ["decode_step_parts.py", "--model", str(model), "--precision", "fp32",
+                                      "--rows", "4", "--cached", "6", "--calls", "3", "--repeats", "2", "--threads", "1"])
+    runpy.run_path(str(BENCHMARKS / "decode_step_parts.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    for section in ("1. decode step", "2. one layer's parts", "3. decode attention forms", "4. fused products",
+                    "5. KV cache"):
+        assert section in out
+    assert "decode_attention" in out and "(max diff 0.0e+00)" in out
+
+
+def test_compiled_decode_layer_benchmark_layer_equals_transformers_layer(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/compiled_decode_layer.py, eager only: our decode layer gives transformers' samples and log-probs."""
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "tiny")
+    monkeypatch.setattr(sys, "argv", ["compiled_decode_layer.py", "--model", str(model), "--precision", "fp32",
+                                      "--rounds", "1", "--samples", "2", "--tokens", "5", "--threads", "1",
+                                      "--no-compile"])
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    runpy.run_path(str(BENCHMARKS / "compiled_decode_layer.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "our eager layer gives transformers' samples and log-probs: True" in out
