@@ -3,10 +3,13 @@
     python benchmarks/step_memory.py --set train.precision=bf16
     python benchmarks/step_memory.py --set train.precision=bf16 --set optim.state_dtype=bf16
     python benchmarks/step_memory.py --set train.precision=bf16 --set train.activation_checkpointing=true
+    python benchmarks/step_memory.py --steps 9 --set train.precision=bf16 --set mkldnn_lru_cache_entries=null
 
-The vs_trl work (SmolLM2-135M, 8 prompts × 8 completions, ≤ 64 new tokens, T = 1), two steps in one process; RSS
-is sampled every 20 ms by a thread, and each phase's maximum and starting RSS are printed with the step's
-response tokens and phase times. The second step is the steady state (AdamW's state exists from the first).
+The vs_trl work (SmolLM2-135M, 8 prompts × 8 completions, ≤ 64 new tokens, T = 1), ``--steps`` steps (2 by default)
+in one process; RSS is sampled every 20 ms by a thread, and each phase's maximum and starting RSS are printed with
+the step's response tokens and phase times, and after each step the heap in use (what a cache that grows over a run
+shows up in). The second step is the steady state of AdamW's state (it exists from the first); oneDNN's operator
+caches fill over the first several steps (``mkldnn_lru_cache_entries``).
 
 With glibc, each sample also reads ``mallinfo2``: the bytes the main heap has handed out (``in use``) and its size
 (``heap``). Their gap at the peak is memory the allocator holds free but resident (fragmentation between
@@ -62,6 +65,7 @@ def heap_reader():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args()
     process, samples, marks = psutil.Process(), [], []
     heap = heap_reader() or (lambda: (0, 0))
@@ -81,7 +85,8 @@ def main() -> None:
 
     threading.Thread(target=sample, daemon=True).start()
     out = Path(tempfile.mkdtemp(prefix="step_memory_"))
-    trainer = Trainer(load_config("examples/arithmetic.yaml", [f"output_dir={out}", *WORK, *args.overrides]), out)
+    work = [*WORK, f"train.steps={args.steps}"]
+    trainer = Trainer(load_config("examples/arithmetic.yaml", [f"output_dir={out}", *work, *args.overrides]), out)
     update = trainer_module.policy_update
 
     def timed_update(*a, **kw):
@@ -91,12 +96,13 @@ def main() -> None:
         return result
 
     trainer_module.policy_update = timed_update
-    for _ in range(2):
+    for _ in range(args.steps):
         trainer.step += 1
         mark(f"step {trainer.step} generation")
         metrics = trainer.train_step()
         print(f"step {trainer.step}: {metrics['generated_tokens']:.0f} response tokens, generation "
-              f"{metrics['rollout_seconds']:.1f} s, update {metrics['train_seconds']:.1f} s", flush=True)
+              f"{metrics['rollout_seconds']:.1f} s, update {metrics['train_seconds']:.1f} s, heap in use after "
+              f"{heap()[0] / 1e9:.2f} GB, RSS {process.memory_info().rss / 1e9:.2f} GB", flush=True)
     mark("end")
     print("\n| phase | seconds | max RSS GB | RSS at start GB | max heap in use GB | max heap GB |\n|---|---|---|---|---|---|")
     for (name, t0), (_, t1) in zip(marks, marks[1:], strict=False):
