@@ -76,3 +76,29 @@ def test_segment_sum_multidimensional_values():
     values = torch.arange(6.0).reshape(3, 2)
     index = torch.tensor([0, 1, 0])
     assert segment_sum(values, index, 2).tolist() == [[4.0, 6.0], [2.0, 3.0]]
+
+
+def test_gather_rows_backward_sums_repeats_in_one_order() -> None:
+    """A prompt's last state predicts the first token of each of its responses: the gather repeats that row at
+    spread positions, and on a CPU with several threads advanced indexing's backward adds the repeats in an order
+    that changes from pass to pass (docs/benchmarks.md, issue 16). gather_rows' must not."""
+    from grove.core.segments import gather_rows
+
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for response in range(8):  # row 5 repeated once per response, the responses' own rows in between
+        rows += [5, *range(10 + 40 * response, 45 + 40 * response)]
+    index = torch.tensor(rows)
+    upstream = torch.randn(len(rows), 576, generator=generator)
+    values = torch.randn(400, 576, generator=generator, requires_grad=True)
+    assert torch.equal(gather_rows(values, index), values[index])
+    expected = torch.zeros(400, 576).index_add_(0, index, upstream)  # the repeats summed in index order
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(threads, 2))
+    try:
+        for _ in range(40):
+            values.grad = None
+            gather_rows(values, index).backward(upstream)
+            assert torch.equal(values.grad, expected)
+    finally:
+        torch.set_num_threads(threads)

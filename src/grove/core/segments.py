@@ -75,6 +75,22 @@ def broadcast(per_segment: Tensor, index: Tensor) -> Tensor:
     return per_segment.index_select(0, index)
 
 
+def gather_rows(values: Tensor, index: Tensor) -> Tensor:
+    """``values[index]`` along dim 0, with a backward that sums repeated rows in the same order on every run.
+
+    A repeated index (a prompt's last hidden state predicts the first token of each of its G responses; a prompt's
+    KV cache fanned out to its responses) turns the backward into a scatter-add. On a CPU, advanced indexing's
+    backward (``index_put_(accumulate=True)``) adds the repeats with atomic float adds from several threads, in an
+    order that changes from run to run (one gather of 8 spread repeats, 2 threads: 139 distinct gradients in 300
+    backward passes; in training, two runs with the same seed drifted apart from the first update on, issue 16),
+    while ``index_select``'s backward (``index_add_``) adds them in index order. On CUDA it is the other way
+    round (``index_add_`` uses atomics, advanced indexing's backward sorts: PyTorch's
+    ``torch.use_deterministic_algorithms`` notes), so there the plain indexing is used."""
+    if values.device.type == "cuda":
+        return values[index]
+    return values.index_select(0, index)
+
+
 def segment_discounted_returns(values: Tensor, segment: Tensor, order_key: Tensor, gamma: float) -> Tensor:
     """Discounted return-to-go within segments: ``R_t = r_t + gamma R_{t+1}``, ``R = r`` at a segment's end.
 

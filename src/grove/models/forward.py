@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from grove.batch import RolloutBatch
 from grove.core.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE, token_logprobs_and_entropy
+from grove.core.segments import gather_rows
 
 __all__ = [
     "FORWARD_LAYOUTS",
@@ -124,6 +125,19 @@ def _first_rows(inverse: Tensor) -> Tensor:
     return torch.full((count,), len(inverse), device=inverse.device).scatter_reduce(0, inverse, rows, "amin")
 
 
+def _fan_out_cache(cache, rows: Tensor) -> None:
+    """Repeat the cache rows ``rows`` of every layer in place (:func:`gather_rows`, so the gradients of a prompt's
+    keys and values sum over its responses in a fixed order); layers that are not plain key/value tensors select
+    with their own ``batch_select_indices``."""
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in cache.layers:
+        if type(layer) is DynamicLayer and getattr(layer, "is_initialized", False):
+            layer.keys, layer.values = gather_rows(layer.keys, rows), gather_rows(layer.values, rows)
+        else:
+            layer.batch_select_indices(rows)
+
+
 def policy_forward_shared_prefix(
     model: nn.Module,
     prompt_ids: Tensor,
@@ -158,7 +172,7 @@ def policy_forward_shared_prefix(
     prefix = backbone(
         input_ids=prompts, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
     ).last_hidden_state
-    cache.batch_select_indices(inverse)  # fan the prompt's keys/values out to its responses
+    _fan_out_cache(cache, inverse)  # the prompt's keys/values, once per response
     attention_mask = torch.cat([mask[inverse], response_mask.long()], dim=1)
     response_positions = positions[inverse, -1:] + response_mask.long().cumsum(-1)
     out = backbone(
@@ -169,7 +183,7 @@ def policy_forward_shared_prefix(
         use_cache=True,
     ).last_hidden_state
     # the prompt's last state predicts response token 0; response state t predicts token t + 1
-    hidden = torch.cat([prefix[inverse, -1:], out[:, :-1]], dim=1)
+    hidden = torch.cat([gather_rows(prefix[:, -1:], inverse), out[:, :-1]], dim=1)
     selected = hidden[response_mask.bool()]  # the states that predict real response tokens
     return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size,
                               cache_bytes)
@@ -295,7 +309,8 @@ def policy_forward_packed(
         position_ids=layout.position_ids,
         use_cache=False,
     ).last_hidden_state
-    selected = hidden[layout.predictor_row, layout.predictor_col]
+    # a prompt's last state predicts the first token of each of its responses: repeated rows (see gather_rows)
+    selected = gather_rows(hidden.flatten(0, 1), layout.predictor_row * hidden.shape[1] + layout.predictor_col)
     return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size,
                               cache_bytes)
 
