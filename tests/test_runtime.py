@@ -1,4 +1,4 @@
-"""Process runtime settings: torch threads and the host allocator policy (``host_allocator``)."""
+"""Process runtime settings: torch threads, the host allocator policy (``host_allocator``) and the oneDNN cache sizes."""
 
 from __future__ import annotations
 
@@ -117,17 +117,34 @@ def test_a_user_set_lru_cache_capacity_wins(monkeypatch) -> None:
         runtime.configure_mkldnn_lru_cache(0)
 
 
+def test_onednn_primitive_cache_entries_set_the_variable(monkeypatch) -> None:
+    monkeypatch.delenv(runtime.ONEDNN_CACHE_VARIABLE, raising=False)
+    assert runtime.configure_onednn_primitive_cache(None) is False
+    assert runtime.ONEDNN_CACHE_VARIABLE not in runtime.os.environ
+    runtime.configure_runtime(None, "system", None, 128)
+    assert runtime.os.environ[runtime.ONEDNN_CACHE_VARIABLE] == "128"
+    monkeypatch.setenv(runtime.ONEDNN_CACHE_VARIABLE, "1024")
+    assert runtime.configure_onednn_primitive_cache(128) is False  # the user's environment wins
+    assert runtime.os.environ[runtime.ONEDNN_CACHE_VARIABLE] == "1024"
+    with pytest.raises(ValueError, match="onednn_primitive_cache_entries"):
+        runtime.configure_onednn_primitive_cache(0)
+
+
 def test_mkldnn_lru_cache_entries_in_the_config() -> None:
     assert load_config("examples/arithmetic.yaml", []).mkldnn_lru_cache_entries == 64
     assert load_config("examples/arithmetic.yaml", ["mkldnn_lru_cache_entries=null"]).mkldnn_lru_cache_entries is None
     with pytest.raises(ConfigError, match="mkldnn_lru_cache_entries"):
         load_config("examples/arithmetic.yaml", ["mkldnn_lru_cache_entries=0"])
+    assert load_config("examples/arithmetic.yaml", []).onednn_primitive_cache_entries == 128
+    with pytest.raises(ConfigError, match="onednn_primitive_cache_entries"):
+        load_config("examples/arithmetic.yaml", ["onednn_primitive_cache_entries=0"])
 
 
 _CACHE_GROWTH = """
 import ctypes, sys
-from grove.infra.runtime import configure_mkldnn_lru_cache
+from grove.infra.runtime import configure_mkldnn_lru_cache, configure_onednn_primitive_cache
 configure_mkldnn_lru_cache(int(sys.argv[1]))
+configure_onednn_primitive_cache(int(sys.argv[2]))
 import torch
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in "abcdefghij"]
@@ -144,15 +161,17 @@ print(mallinfo2().h - before)
 
 @glibc
 @pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="bf16 products go through oneDNN")
-def test_the_installed_torch_honours_the_lru_cache_bound(tmp_path) -> None:
-    """The variable is ideep's: a new torch that stopped reading it would let the operator cache grow again."""
+def test_the_installed_torch_honours_both_cache_bounds() -> None:
+    """The variables are ideep's and oneDNN's: a new torch that stopped reading them would let the caches grow."""
     import subprocess
 
-    def growth(entries: int) -> int:
-        env = {k: v for k, v in runtime.os.environ.items() if k != runtime.LRU_CACHE_VARIABLE}
-        done = subprocess.run([sys.executable, "-c", _CACHE_GROWTH, str(entries)], capture_output=True, text=True,
-                              env=env, check=True)
+    def growth(lru_entries: int, primitive_entries: int) -> int:
+        env = {k: v for k, v in runtime.os.environ.items()
+               if k not in (runtime.LRU_CACHE_VARIABLE, runtime.ONEDNN_CACHE_VARIABLE)}
+        done = subprocess.run([sys.executable, "-c", _CACHE_GROWTH, str(lru_entries), str(primitive_entries)],
+                              capture_output=True, text=True, env=env, check=True)
         return int(done.stdout.split()[-1])
 
-    unbounded, bounded = growth(1024), growth(8)
-    assert unbounded - bounded > 20 * 2**20, (unbounded, bounded)  # measured: 111 vs 59 MB
+    defaults, ideep_bounded, both_bounded = growth(1024, 1024), growth(8, 1024), growth(8, 8)
+    assert defaults - ideep_bounded > 20 * 2**20, (defaults, ideep_bounded)  # measured: 111 vs 59 MB
+    assert ideep_bounded - both_bounded > 20 * 2**20, (ideep_bounded, both_bounded)  # 59 MB vs < 1 MB

@@ -57,6 +57,14 @@ class GroveConfig(Section):
         "shapes, and each entry holds a few hundred KB: 64 keeps 0.33 GB less heap in bf16 at the same speed. "
         "null: PyTorch's default; an LRU_CACHE_CAPACITY already in the environment wins.",
     )
+    onednn_primitive_cache_entries: int | None = Field(
+        128,
+        ge=1,
+        description="How many primitives (set-up products, one per shape) oneDNN's own cache keeps on a CPU (the "
+        "ONEDNN_PRIMITIVE_CACHE_CAPACITY variable, oneDNN's default 1024). Its entries are created among the update's "
+        "short-lived buffers and fragment the heap over a run: 128 keeps the bf16 benchmark's peak RSS 0.6 GiB lower "
+        "over 6 steps with the same samples and step times. null: oneDNN's default; the environment variable wins.",
+    )
     model: ModelConfig = Field(default_factory=ModelConfig)
     experience_source: str = Field(
         "auto",
