@@ -4,12 +4,13 @@
     python benchmarks/step_memory.py --set train.precision=bf16 --set optim.state_dtype=bf16
     python benchmarks/step_memory.py --set train.precision=bf16 --set train.activation_checkpointing=true
     python benchmarks/step_memory.py --steps 9 --set train.precision=bf16 --set mkldnn_lru_cache_entries=null
+    python benchmarks/step_memory.py --steps 6 --set train.precision=bf16 --set onednn_primitive_cache_entries=null
 
 The vs_trl work (SmolLM2-135M, 8 prompts × 8 completions, ≤ 64 new tokens, T = 1), ``--steps`` steps (2 by default)
 in one process; RSS is sampled every 20 ms by a thread, and each phase's maximum and starting RSS are printed with
 the step's response tokens and phase times, and after each step the heap in use (what a cache that grows over a run
 shows up in). The second step is the steady state of AdamW's state (it exists from the first); oneDNN's operator
-caches fill over the first several steps (``mkldnn_lru_cache_entries``).
+caches fill over the first several steps (``mkldnn_lru_cache_entries``, ``onednn_primitive_cache_entries``).
 
 With glibc, each sample also reads ``mallinfo2``: the bytes the main heap has handed out (``in use``) and its size
 (``heap``). Their gap at the peak is memory the allocator holds free but resident (fragmentation between

@@ -4,7 +4,8 @@ A *segment index* is a ``LongTensor[N]`` assigning each of ``N`` samples to a se
 group, a trajectory, the whole batch). Arbitrary ids (e.g. ``[7, 7, 3, 9]``) are first made dense
 (``0 .. S-1``) with :func:`dense_index`; every reduction below then takes the dense index and the
 number of segments ``S`` and returns one value per segment, computed with ``index_add_`` /
-``scatter_reduce`` / ``bincount``. :func:`broadcast` maps per-segment values back to samples.
+``scatter_reduce`` / ``bincount``. :func:`broadcast` maps per-segment values back to samples
+(:func:`gather_rows`: repeated rows with a backward whose sums do not depend on thread timing).
 :func:`segment_discounted_returns` is the one ordered operation: a discounted return-to-go along each
 segment (a trajectory's steps ordered by turn), computed with a log-depth scan.
 
@@ -70,11 +71,6 @@ def segment_min(values: Tensor, index: Tensor, num_segments: int) -> Tensor:
     return out.scatter_reduce(0, index, values, reduce="amin", include_self=True)
 
 
-def broadcast(per_segment: Tensor, index: Tensor) -> Tensor:
-    """Per-segment values ``[S, ...]`` → per-sample values ``[N, ...]`` (``per_segment[index]``)."""
-    return per_segment.index_select(0, index)
-
-
 def gather_rows(values: Tensor, index: Tensor) -> Tensor:
     """``values[index]`` along dim 0, with a backward that sums repeated rows in the same order on every run.
 
@@ -89,6 +85,12 @@ def gather_rows(values: Tensor, index: Tensor) -> Tensor:
     if values.device.type == "cuda":
         return values[index]
     return values.index_select(0, index)
+
+
+def broadcast(per_segment: Tensor, index: Tensor) -> Tensor:
+    """Per-segment values ``[S, ...]`` → per-sample values ``[N, ...]`` (``per_segment[index]``, by
+    :func:`gather_rows`, so a gradient through it sums each segment's samples in a fixed order)."""
+    return gather_rows(per_segment, index)
 
 
 def segment_discounted_returns(values: Tensor, segment: Tensor, order_key: Tensor, gamma: float) -> Tensor:

@@ -1,6 +1,6 @@
 """Process-wide CPU runtime settings a run applies before it loads a model: torch threads, the host
-memory allocator policy and the size of PyTorch's oneDNN operator cache (``threads``, ``host_allocator`` and
-``mkldnn_lru_cache_entries`` in the config).
+memory allocator policy and the sizes of the two oneDNN operator caches (``threads``, ``host_allocator``,
+``mkldnn_lru_cache_entries`` and ``onednn_primitive_cache_entries`` in the config).
 
 Why the allocator matters: glibc serves every allocation above its mmap threshold (at most 32 MiB with the
 default dynamic threshold) with a fresh ``mmap`` and returns it with ``munmap`` on free. An RL step

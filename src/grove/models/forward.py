@@ -128,7 +128,8 @@ def _first_rows(inverse: Tensor) -> Tensor:
 def _fan_out_cache(cache, rows: Tensor) -> None:
     """Repeat the cache rows ``rows`` of every layer in place (:func:`gather_rows`, so the gradients of a prompt's
     keys and values sum over its responses in a fixed order); layers that are not plain key/value tensors select
-    with their own ``batch_select_indices``."""
+    with their own ``batch_select_indices``. The decode loop's no-grad counterpart is
+    ``grove.rollout.decode_cache.select_cache_rows`` (the rollout package imports no other grove package)."""
     from transformers.cache_utils import DynamicLayer
 
     for layer in cache.layers:
