@@ -4,7 +4,7 @@
         --measured fp32:12.3:16.8 --measured bf16:9.2:9.8
 
 Measured here, alone, with the benchmark's thread count: the best matmul throughput (GFLOP/s) in fp32 and in
-bf16 over the model's own training shapes (``[tokens, hidden] @ [hidden, intermediate]`` and its transposes
+bf16 (each product in its fastest operand layout) over the model's own training shapes (``[tokens, hidden] @ [hidden, intermediate]`` and its transposes
 at a micro-batch's ≈ 400 tokens) and over the decode shapes (the same products at ``--decode-rows`` rows),
 and the read bandwidth of a 1 GB sum. The floors (docs/benchmarks.md, issue 16):
 
@@ -17,11 +17,19 @@ and the read bandwidth of a 1 GB sum. The floors (docs/benchmarks.md, issue 16):
   max is at least the max of the sums, so the printed floor is a lower bound) plus the prefill's
   ``2 · N_body · prompt tokens``.
 
-``--decode-steps-timed`` loads SmolLM2 and times its real one-token decode step (100 cached tokens) at one row
+``--decode-steps-timed`` loads the model (``--model``, SmolLM2 by default) and times its real one-token decode step (100 cached tokens) at one row
 and at ``--decode-rows`` rows, in fp32, bf16, and bf16 with the linear weights prepacked as the generation copy
 holds them (``rollout.prepacked_weights``): the one-row step is the fixed cost every step pays whatever the
 batch (the operator calls of 30 layers, oneDNN's per-call weight reorder of plain bf16 products, and streaming
 the weights once), printed as a share of the full step.
+
+``--products-timed`` loads the model and times each phase's **matrix products alone**, on the model's own weights and
+in the layouts the real code hands them to oneDNN: a decode step's 211 products (every linear layer of the
+prepacked generation copy once, in order, at ``--decode-rows`` rows), and a micro-batch's update products (per
+linear layer the forward ``x Wᵀ``, the input gradient ``g W`` and the weight gradient ``gᵀ x`` of ``F.linear``'s
+backward, on the weights cast as autocast casts them, at ``--train-rows`` tokens). The floor divided by that time
+is the **products-only bound**: the highest efficiency any implementation that calls this CPU's products can
+reach, since every other operation of the phase (attention, norms, sampling, casts, the optimizer) only adds to it.
 
 ``--measured PRECISION:GEN_S:UPDATE_S`` adds the measured phase times (e.g. from ``benchmarks/vs_trl.py``)
 and prints each phase's efficiency (floor ÷ measured).
@@ -60,14 +68,20 @@ def best_seconds(fn, repeats: int = 5) -> float:
 
 
 def matmul_gflops(shapes: list[tuple[int, int, int]], dtype: torch.dtype) -> float:
-    """Aggregate GFLOP/s over ``[m, k] @ [k, n]`` products (the same set a forward + backward runs)."""
-    pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)) for m, k, n in shapes]
-    flops = sum(2 * m * k * n for m, k, n in shapes)
-    return flops / best_seconds(lambda: [a @ b for a, b in pairs]) / 1e9
+    """Aggregate GFLOP/s over ``[m, k] @ [k, n]`` products (the same set a forward + backward runs), each product
+    in the fastest of its operand layouts (both contiguous, the right operand transposed, the left one transposed:
+    the BLAS picks a different kernel for each, and the fastest is what this CPU can do for that product)."""
+    seconds = 0.0
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        b_t, a_t = b.t().contiguous().t(), a.t().contiguous().t()  # the same values, transposed storage
+        seconds += min(best_seconds(lambda x=x, y=y: x @ y) for x, y in ((a, b), (a, b_t), (a_t, b)))
+    return sum(2 * m * k * n for m, k, n in shapes) / seconds / 1e9
 
 
-def read_gbps() -> float:
-    buf = torch.ones(2**28, dtype=torch.float32)  # 1 GiB
+def read_gbps(mib: int = 1024) -> float:
+    """Read bandwidth of a ``mib`` MiB sum (1 GiB by default: well beyond the caches)."""
+    buf = torch.ones(mib * 2**18, dtype=torch.float32)
     return buf.numel() * 4 / best_seconds(buf.sum) / 1e9
 
 
@@ -80,7 +94,7 @@ def decode_step_ms(model, rows: int, context: int, dtype: torch.dtype) -> float:
 
     model = model.to(dtype).eval()
     use_decode_attention(model)
-    ids = torch.randint(100, 1000, (rows, context))
+    ids = torch.randint(min(100, model.config.vocab_size - 1), min(1000, model.config.vocab_size), (rows, context))
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
         model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
@@ -94,9 +108,53 @@ def decode_step_ms(model, rows: int, context: int, dtype: torch.dtype) -> float:
     return sorted(times[2:])[len(times[2:]) // 2] * 1000
 
 
+def linear_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's linear layers (plain or prepacked) in registration order: per decoder layer q, k, v, o, gate,
+    up, down, then the output projection."""
+    from grove.rollout.prepacked_linear import PrepackedLinear
+
+    return [m for m in model.modules() if isinstance(m, (torch.nn.Linear, PrepackedLinear))]
+
+
+def decode_products_ms(model: torch.nn.Module, rows: int, dtype: torch.dtype) -> float:
+    """Median wall ms of a decode step's products alone: every linear layer of ``model`` applied once, in order, to
+    a ``[rows, in_features]`` input (the weights stream from memory as in the real step, no other operator)."""
+    layers = linear_layers(model)
+    inputs = {m.in_features: torch.randn(rows, m.in_features, dtype=dtype) for m in layers}
+    with torch.inference_mode():
+        times = run_seconds(lambda: [m(inputs[m.in_features]) for m in layers], 9, warmup=2)
+    return sorted(times)[len(times) // 2] * 1000
+
+
+def update_products_gflops(model: torch.nn.Module, tokens: int, dtype: torch.dtype) -> tuple[float, float]:
+    """GFLOP/s of a micro-batch's update products alone, ``(decoder layers, output projection)``: per linear layer
+    ``F.linear(x, W)`` (forward), ``g @ W`` (input gradient) and ``g.t() @ x`` (weight gradient), the products and
+    operand layouts of ``F.linear`` and its backward, at ``tokens`` rows, on the layer's weight cast to ``dtype``."""
+    layers = linear_layers(model)
+    weights = [m.weight.detach().to(dtype) for m in layers]
+    inputs = {w.shape[1]: torch.randn(tokens, w.shape[1], dtype=dtype) for w in weights}
+    grads = {w.shape[0]: torch.randn(tokens, w.shape[0], dtype=dtype) for w in weights}
+
+    def products(ws: list[torch.Tensor]) -> None:
+        for w in ws:
+            x, g = inputs[w.shape[1]], grads[w.shape[0]]
+            torch.nn.functional.linear(x, w)
+            g @ w
+            g.t() @ x
+
+    rates = []
+    with torch.no_grad():
+        for ws in (weights[:-1], weights[-1:]):
+            times = run_seconds(lambda ws=ws: products(ws), 5, warmup=1)
+            rates.append(sum(6 * tokens * w.numel() for w in ws) / sorted(times)[len(times) // 2] / 1e9)
+    return rates[0], rates[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", default="smollm2-135m", help="embedded model name or local model directory")
+    parser.add_argument("--bandwidth-mib", type=int, default=1024, help="size of the summed buffer (MiB)")
     parser.add_argument("--prompt-tokens", type=int, default=368, help="unique prompt tokens per step")
     parser.add_argument("--response-tokens", type=int, default=2609, help="generated (= trained) tokens per step")
     parser.add_argument("--decode-steps", type=int, default=64, help="decode steps of the longest completion")
@@ -107,10 +165,13 @@ def main() -> None:
                         help="share of the step's samples the update computes (train.skip_zero_advantage leaves out "
                         "the rest)")
     parser.add_argument("--decode-steps-timed", action="store_true",
-                        help="also time the model's real decode step at 1 and --decode-rows rows (loads SmolLM2)")
+                        help="also time the model's real decode step at 1 and --decode-rows rows (loads the model)")
+    parser.add_argument("--products-timed", action="store_true",
+                        help="also time each phase's matrix products alone on the model's weights (loads it) and "
+                        "print the products-only bound")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = json.loads((resolve_model_path("smollm2-135m") / "config.json").read_text())
+    cfg = json.loads((resolve_model_path(args.model) / "config.json").read_text())
     h, i, v, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
     kv = cfg["num_key_value_heads"] * h // cfg["num_attention_heads"]
     layer_shapes = [(h, h), (h, kv), (h, kv), (h, h), (h, i), (h, i), (i, h)]  # q k v o gate up down
@@ -120,7 +181,7 @@ def main() -> None:
     train_shapes = [(t, a, b) for a, b in layer_shapes] + [(t, b, a) for a, b in layer_shapes] + [
         (a, t, b) for a, b in layer_shapes]  # forward, input gradient, weight gradient
     decode_shapes = [(args.decode_rows, a, b) for a, b in layer_shapes] + [(args.decode_rows, h, v)]
-    bandwidth = read_gbps()
+    bandwidth = read_gbps(args.bandwidth_mib)
     rows = []
     for name, dtype, size in (("fp32", torch.float32, 4), ("bf16", torch.bfloat16, 2)):
         train_peak = matmul_gflops(train_shapes, dtype)
@@ -146,7 +207,7 @@ def main() -> None:
         from grove.models.pretrained import load_policy
         from grove.rollout.generation_weights import GenerationWeights
 
-        model, _ = load_policy("smollm2-135m")
+        model, _ = load_policy(args.model)
         print(f"\n| precision | decode step, 1 row ms | decode step, {args.decode_rows} rows ms | its matmul floor ms "
               f"| fixed share of the {args.decode_rows}-row step |")
         print("|---|---|---|---|---|")
@@ -160,6 +221,29 @@ def main() -> None:
             floor = 2 * (n_body + n_head) * args.decode_rows / (decode_peak * 1e9) * 1000
             print(f"| {name} | {one:.1f} | {full:.1f} | {floor:.1f} | {one / full:.0%} |")
     floors = {r[0]: (r[7], r[4]) for r in rows}
+    if args.products_timed:
+        from grove.models.pretrained import load_policy
+        from grove.rollout.generation_weights import GenerationWeights
+
+        model, _ = load_policy(args.model)
+        print(f"\n| precision | decode step ({args.decode_rows} rows): floor ms | its products alone ms | "
+              f"products-only bound | update products GFLOP/s (layers / head, {args.train_rows} tokens) | "
+              "update products-only s | update floor s | products-only bound |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, _train_peak, dp, _flops, ufl, *_ in rows:
+            dtype = torch.float32 if name == "fp32" else torch.bfloat16
+            size = 4 if name == "fp32" else 2
+            step_floor = 1000 * max(size * (n_body + n_head) / (bandwidth * 1e9),
+                                    2 * (n_body + n_head) * args.decode_rows / (dp * 1e9))
+            generation_copy = GenerationWeights(model, dtype, prepack=True).model
+            step_products = decode_products_ms(generation_copy, args.decode_rows, dtype)
+            del generation_copy
+            body_rate, head_rate = update_products_gflops(model, args.train_rows, dtype)
+            share = args.update_share
+            products_s = share * 6 * (n_body * (args.prompt_tokens + args.response_tokens) / (body_rate * 1e9)
+                                      + n_head * args.response_tokens / (head_rate * 1e9))
+            print(f"| {name} | {step_floor:.1f} | {step_products:.1f} | {step_floor / step_products:.0%} | "
+                  f"{body_rate:.0f} / {head_rate:.0f} | {products_s:.2f} | {ufl:.2f} | {ufl / products_s:.0%} |")
     if args.measured:
         print("\n| precision | phase | floor s | measured s | of floor |")
         print("|---|---|---|---|---|")

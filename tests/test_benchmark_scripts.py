@@ -200,3 +200,24 @@ def test_compiled_decode_layer_benchmark_layer_equals_transformers_layer(tmp_pat
     runpy.run_path(str(BENCHMARKS / "compiled_decode_layer.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "our eager layer gives transformers' samples and log-probs: True" in out
+
+
+def test_roofline_benchmark_prints_floors_and_products_only_bounds(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/roofline.py on a tiny model: the floors, the timed decode steps, the products-only bounds and the
+    measured phases' efficiencies all print, with positive values."""
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "tiny")
+    monkeypatch.setattr(sys, "argv", ["roofline.py", "--model", str(model), "--bandwidth-mib", "16", "--threads", "1",
+                                      "--prompt-tokens", "20", "--response-tokens", "40", "--decode-rows", "4",
+                                      "--train-rows", "16", "--decode-steps-timed", "--products-timed",
+                                      "--update-share", "0.5", "--measured", "bf16:0.5:0.25"])
+    runpy.run_path(str(BENCHMARKS / "roofline.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    floors = [line for line in out.splitlines() if line.startswith(("| fp32 | ", "| bf16 | "))]
+    assert len(floors) == 2 + 2 + 2 + 2  # floors, decode steps (fp32 and bf16), products-only, measured phases
+    bounds = [line for line in floors if line.count("%") == 2]  # products-only rows: decode and update bounds
+    assert len(bounds) == 2
+    for line in bounds:
+        assert all(float(cell.strip().rstrip("%")) > 0 for cell in line.split("|") if cell.strip().endswith("%"))
+    assert "| bf16 | generation |" in out and "| bf16 | update |" in out
