@@ -10,11 +10,16 @@ first variant are printed.
 Config overrides (``--set``) reach the update (e.g. ``train.logit_cache_mb=0``) and the process
 (``host_allocator=system``, ``train.compile=true``: the allocator policy and the compiled layers are
 process-wide, so compare them across two runs; the first update then holds the compilation).
+
+``--profile N`` runs each variant's last update under ``torch.profiler`` and prints its ``N`` most expensive operators
+by self CPU time (where an update's time goes beyond its matrix products; the profiler's own overhead inflates small
+operators, so time the lever itself before keeping it).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -49,6 +54,8 @@ def main() -> None:
                         help="LAYOUT-PRECISION with LAYOUT in padded|shared|packed and PRECISION in fp32|bf16")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override, e.g. --set rollout.temperature=1.0 --set rollout.max_new_tokens=64")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="profile each variant's last update and print its N most expensive operators")
     args = parser.parse_args()
     cfg = load_config(args.config, args.overrides)
     configure_runtime(args.threads, cfg.host_allocator)
@@ -79,7 +86,8 @@ def main() -> None:
     print(f"batch: {batch.num_samples} completions, {prompt_tokens} prompt + {response_tokens} response tokens")
 
     times: dict[str, list[float]] = {v: [] for v in args.variants}
-    for _ in range(args.repeats):
+    profiles: dict[str, str] = {}
+    for repeat in range(args.repeats):
         for variant in args.variants:
             layout, precision = variant.split("-")
             parts = resolve_loss_components(cfg)
@@ -87,10 +95,14 @@ def main() -> None:
             model.load_state_dict(initial)
             optimizer, scheduler = build_optimizer(model, cfg.optim, 10)
             schedule = UpdateSchedule(1, 1, cfg.train.micro_batch_size, 1.0)
+            profiling = args.profile > 0 and repeat == args.repeats - 1
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profiling else None
             start = time.perf_counter()
-            with autocast("fp32"):
+            with autocast("fp32"), profiler or contextlib.nullcontext():
                 metrics = policy_update(model, optimizer, scheduler, batch, parts, schedule, torch.Generator())
             times[variant].append(time.perf_counter() - start)
+            if profiler is not None:
+                profiles[variant] = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile)
             print(f"  {variant:12s} {times[variant][-1]:6.2f}s  loss {metrics['loss']:+.5f}  "
                   f"mismatch {metrics['logprob_mismatch_max']:.1e}", flush=True)
     base = statistics.median(times[args.variants[0]])
@@ -99,6 +111,8 @@ def main() -> None:
     for variant, values in times.items():
         med = statistics.median(values)
         print(f"| {variant} | {med:.2f} | {min(values):.2f}–{max(values):.2f} | {base / med:.2f}× |")
+    for variant, table in profiles.items():
+        print(f"\n{variant}, the last update under the profiler:\n{table}")
 
 
 if __name__ == "__main__":

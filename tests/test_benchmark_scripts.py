@@ -30,11 +30,12 @@ def test_update_speed_benchmark_runs_on_a_tiny_model(tmp_path, monkeypatch, caps
     monkeypatch.setattr(sys, "argv", ["update_speed.py", "--repeats", "1", "--threads", "1",
                                       "--variants", "packed-fp32", "padded-fp32",
                                       "--set", f"model.name={model}", "--set", "rollout.max_new_tokens=4",
-                                      "--set", "host_allocator=system"])
+                                      "--set", "host_allocator=system", "--profile", "3"])
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     runpy.run_path(str(BENCHMARKS / "update_speed.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "| packed-fp32 |" in out and "| padded-fp32 |" in out
+    assert "packed-fp32, the last update under the profiler" in out and "Self CPU" in out
 
 
 def test_gigpo_benchmark_calibrate_and_report_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:

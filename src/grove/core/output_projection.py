@@ -53,6 +53,7 @@ __all__ = [
     "cache_bytes_needed",
     "reusing_weight_casts",
     "token_logprobs_and_entropy",
+    "writes_weight_gradient_in_place",
 ]
 
 # rows of the output projection per chunk in recompute mode and in no-grad calls: 256 × 49k vocab × 4 B =
@@ -138,8 +139,9 @@ _in_place_weight_gradients = False
 
 @contextmanager
 def accumulating_weight_gradient_in_place() -> Iterator[None]:
-    """Within the block, the backward of :func:`token_logprobs_and_entropy` adds a leaf weight's gradient into
-    ``weight.grad`` itself (allocated as zeros when it is ``None``) instead of returning it to autograd.
+    """Within the block, the backward of :func:`token_logprobs_and_entropy` (and of the input embedding,
+    :func:`grove.core.token_embedding.embed_tokens`) adds a leaf weight's gradient into ``weight.grad`` itself
+    (allocated as zeros when it is ``None``) instead of returning it to autograd.
 
     For one process only: autograd then delivers ``None`` for this part of the gradient (a tensor hook on the
     weight sees ``None``; ``torch.autograd.grad`` cannot return it), so DDP's reducer, which reduces what autograd
@@ -152,6 +154,13 @@ def accumulating_weight_gradient_in_place() -> Iterator[None]:
         yield
     finally:
         _in_place_weight_gradients = outer
+
+
+def writes_weight_gradient_in_place(weight: Tensor) -> bool:
+    """Whether a backward should add ``weight``'s gradient into ``weight.grad`` itself: inside
+    :func:`accumulating_weight_gradient_in_place`, for a leaf that requires grad (also the input embedding's,
+    :mod:`grove.core.token_embedding`)."""
+    return _in_place_weight_gradients and weight.is_leaf and weight.requires_grad
 
 
 def _cast_weight(weight: Tensor, dtype: torch.dtype) -> Tensor:
@@ -201,8 +210,7 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
         )
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.kept, ctx.ranges, ctx.dtype, ctx.temperature = kept, ranges, dtype, temperature
-        in_place = _in_place_weight_gradients and weight.is_leaf and weight.requires_grad
-        ctx.weight_leaf = weight if in_place else None  # its .grad receives the gradient (see the module notes)
+        ctx.weight_leaf = weight if writes_weight_gradient_in_place(weight) else None  # its .grad receives the gradient (see the module notes)
         return token_logp, entropy
 
     @staticmethod

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from grove.batch import RolloutBatch
 from grove.core.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE, token_logprobs_and_entropy
 from grove.core.segments import gather_rows
+from grove.core.token_embedding import embed_tokens
 
 __all__ = [
     "FORWARD_LAYOUTS",
@@ -29,6 +30,7 @@ __all__ = [
     "response_logprobs",
     "shares_prefixes",
     "supports_packing",
+    "token_inputs",
 ]
 
 
@@ -40,6 +42,23 @@ def decoder_backbone(model: nn.Module) -> nn.Module:
     if decoder is None:
         raise TypeError(f"cannot find the decoder backbone of {type(model).__name__}")
     return decoder
+
+
+def token_inputs(backbone: nn.Module, input_ids: Tensor) -> dict[str, Tensor]:
+    """The backbone's token inputs: ``inputs_embeds`` from :func:`grove.core.token_embedding.embed_tokens` (in the
+    single-process update its weight gradient goes into ``.grad`` in place, with no ``[V, H]`` buffer per
+    micro-batch) where the input embedding is a plain ``nn.Embedding`` (no ``max_norm``, frequency scaling or sparse
+    gradients; a subclass may scale or transform its rows), else ``input_ids`` for the model's own lookup."""
+    embedding = backbone.get_input_embeddings() if hasattr(backbone, "get_input_embeddings") else None
+    plain = (
+        type(embedding) is nn.Embedding
+        and embedding.max_norm is None
+        and not embedding.scale_grad_by_freq
+        and not embedding.sparse
+    )
+    if not plain:
+        return {"input_ids": input_ids}
+    return {"inputs_embeds": embed_tokens(embedding.weight, input_ids, embedding.padding_idx)}
 
 
 def policy_forward(
@@ -72,8 +91,9 @@ def policy_forward(
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1).long()
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = decoder_backbone(model)(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    backbone = decoder_backbone(model)
+    hidden = backbone(
+        **token_inputs(backbone, input_ids), attention_mask=attention_mask, position_ids=position_ids, use_cache=False
     ).last_hidden_state
     hidden = hidden[:, p - 1 : p + r - 1]  # the state at position t predicts token t + 1
     selected = hidden[response_mask.bool()]  # the states that predict real response tokens
@@ -171,13 +191,13 @@ def policy_forward_shared_prefix(
     backbone = decoder_backbone(model)
     cache = DynamicCache(config=model.config)
     prefix = backbone(
-        input_ids=prompts, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        **token_inputs(backbone, prompts), attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
     ).last_hidden_state
     _fan_out_cache(cache, inverse)  # the prompt's keys/values, once per response
     attention_mask = torch.cat([mask[inverse], response_mask.long()], dim=1)
     response_positions = positions[inverse, -1:] + response_mask.long().cumsum(-1)
     out = backbone(
-        input_ids=response_ids,
+        **token_inputs(backbone, response_ids),
         attention_mask=attention_mask,
         position_ids=response_positions,
         past_key_values=cache,
@@ -304,8 +324,9 @@ def policy_forward_packed(
     if prefix_index is None:
         prefix_index = torch.arange(prompt_ids.shape[0], device=prompt_ids.device)
     layout = pack_by_prefix(prompt_ids, prompt_mask, response_ids, response_mask, prefix_index)
-    hidden = decoder_backbone(model)(
-        input_ids=layout.input_ids,
+    backbone = decoder_backbone(model)
+    hidden = backbone(
+        **token_inputs(backbone, layout.input_ids),
         attention_mask=layout.attention_mask(),
         position_ids=layout.position_ids,
         use_cache=False,
