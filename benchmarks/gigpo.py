@@ -44,7 +44,7 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float
     from grove.rollout.hf_engine import TransformersEngine
 
     cfg = load_config(config, overrides)
-    configure_runtime(cfg.threads, cfg.host_allocator)
+    configure_runtime(**cfg.runtime_settings())
     model, tokenizer = load_policy(cfg.model.name)
     engine = TransformersEngine(model, tokenizer)
     source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
 
             overrides.insert(0, f"model.name={create_tiny_model_dir(f'{tmp}/tiny')}")
         cfg = load_config(args.config, overrides)
-        configure_runtime(args.threads, cfg.host_allocator)
+        configure_runtime(**cfg.runtime_settings(args.threads))
         torch.manual_seed(cfg.seed)
         model, tokenizer = load_policy(cfg.model.name, dtype=getattr(torch, cfg.model.dtype))
     model.eval().requires_grad_(False)

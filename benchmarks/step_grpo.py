@@ -68,7 +68,7 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict:
     from grove.rollout.hf_engine import TransformersEngine
 
     cfg = load_config(config, overrides)
-    configure_runtime(cfg.threads, cfg.host_allocator)
+    configure_runtime(**cfg.runtime_settings())
     model, tokenizer = load_policy(cfg.model.name)
     source = build_experience_source(
         SourceContext.for_evaluation(cfg, TransformersEngine(model, tokenizer), tokenizer)

@@ -58,7 +58,7 @@ def main() -> None:
                         help="profile each variant's last update and print its N most expensive operators")
     args = parser.parse_args()
     cfg = load_config(args.config, args.overrides)
-    configure_runtime(args.threads, cfg.host_allocator)
+    configure_runtime(**cfg.runtime_settings(args.threads))
     model, tokenizer = load_policy(cfg.model.name)
     if cfg.train.compile:
         compile_decoder_layers(model)

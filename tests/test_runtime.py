@@ -99,6 +99,28 @@ def test_config_fields_validate_and_reach_the_loss_components() -> None:
         load_config("examples/arithmetic.yaml", ["train.logit_cache_mb=-1"])
 
 
+def test_runtime_settings_carry_every_runtime_key_to_configure_runtime(monkeypatch) -> None:
+    """cfg.runtime_settings() is what the trainer, `grove eval` and the config-driven benchmarks apply: every runtime
+    key of the config, with an optional thread override, reaching the process."""
+    cfg = load_config("examples/arithmetic.yaml", ["threads=1", "host_allocator=system",
+                                                   "mkldnn_lru_cache_entries=32", "onednn_primitive_cache_entries=null"])
+    assert cfg.runtime_settings() == {"threads": 1, "host_allocator": "system", "mkldnn_lru_cache_entries": 32,
+                                      "onednn_primitive_cache_entries": None}
+    assert cfg.runtime_settings(threads=2)["threads"] == 2
+    defaults = load_config("examples/arithmetic.yaml", []).runtime_settings()
+    assert (defaults["mkldnn_lru_cache_entries"], defaults["onednn_primitive_cache_entries"]) == (64, 128)
+    monkeypatch.delenv(runtime.LRU_CACHE_VARIABLE, raising=False)
+    monkeypatch.delenv(runtime.ONEDNN_CACHE_VARIABLE, raising=False)
+    before = torch.get_num_threads()
+    try:
+        runtime.configure_runtime(**cfg.runtime_settings())
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert runtime.os.environ[runtime.LRU_CACHE_VARIABLE] == "32"
+    assert runtime.ONEDNN_CACHE_VARIABLE not in runtime.os.environ
+
+
 def test_mkldnn_lru_cache_entries_set_the_variable(monkeypatch) -> None:
     monkeypatch.delenv(runtime.LRU_CACHE_VARIABLE, raising=False)
     assert runtime.configure_mkldnn_lru_cache(None) is False

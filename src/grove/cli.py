@@ -197,9 +197,7 @@ def eval_(
     from grove.models.pretrained import load_policy
     from grove.rollout.hf_engine import TransformersEngine
 
-    configure_runtime(
-        cfg.threads, cfg.host_allocator, cfg.mkldnn_lru_cache_entries, cfg.onednn_primitive_cache_entries
-    )
+    configure_runtime(**cfg.runtime_settings())
     _print_precision_warning(cfg.train.precision, False, "cpu")  # generation under the precision's autocast
     model = model or cfg.model.name
     user_errors = _user_errors()

@@ -104,6 +104,16 @@ class GroveConfig(Section):
         objective (its own name for a single-objective reward)."""
         return self.eval.accuracy_reward or reward_column_names(self.rewards[0])[0]
 
+    def runtime_settings(self, threads: int | None = None) -> dict[str, int | str | None]:
+        """The process runtime settings, as keyword arguments of :func:`grove.infra.runtime.configure_runtime`:
+        ``threads`` (or the given override), ``host_allocator`` and both oneDNN cache sizes."""
+        return {
+            "threads": threads if threads is not None else self.threads,
+            "host_allocator": self.host_allocator,
+            "mkldnn_lru_cache_entries": self.mkldnn_lru_cache_entries,
+            "onednn_primitive_cache_entries": self.onednn_primitive_cache_entries,
+        }
+
     def derived(self) -> dict[str, int | str]:
         """The batch quantities the configuration implies (:func:`grove.config.derived.batch_quantities`)."""
         quantities = batch_quantities(self.train)

@@ -102,9 +102,7 @@ class Trainer:
                 f"({self.world.size}); each rank needs at least one prompt group: raise it or launch fewer processes"
             )
         self.resume_from = prepare_run_dir(cfg, run_dir, self.world, resume)
-        configure_runtime(
-            cfg.threads, cfg.host_allocator, cfg.mkldnn_lru_cache_entries, cfg.onednn_primitive_cache_entries
-        )
+        configure_runtime(**cfg.runtime_settings())
         slow_bf16 = slow_bf16_warning(cfg.train.precision, generates_from_bf16_copy(cfg), self.world.device)
         if slow_bf16 is not None and self.world.is_main:
             log.warning("warning: %s", slow_bf16)
