@@ -4,9 +4,9 @@
         --measured fp32:12.3:16.8 --measured bf16:9.2:9.8
 
 Measured here, alone, with the benchmark's thread count: the best matmul throughput (GFLOP/s) in fp32 and in
-bf16 (each product in its fastest operand layout) over the model's own training shapes (``[tokens, hidden] @ [hidden, intermediate]`` and its transposes
-at a micro-batch's ≈ 400 tokens) and over the decode shapes (the same products at ``--decode-rows`` rows),
-and the read bandwidth of a 1 GB sum. The floors (docs/benchmarks.md, issue 16):
+bf16 (each product in its fastest operand layout) over the model's own training shapes (``[tokens, hidden] @
+[hidden, intermediate]`` and its transposes at a micro-batch's ≈ 400 tokens) and over the decode shapes (the
+same products at ``--decode-rows`` rows), and the read bandwidth of a 1 GB sum. The floors (docs/benchmarks.md, issue 16):
 
 * **update** = FLOPs ÷ the training-shape matmul throughput, with FLOPs = ``6 · (N_body · T_train + N_head ·
   T_response)``: forward (2) + backward (4) per parameter and token; ``N_body`` the decoder's parameters
@@ -17,14 +17,14 @@ and the read bandwidth of a 1 GB sum. The floors (docs/benchmarks.md, issue 16):
   max is at least the max of the sums, so the printed floor is a lower bound) plus the prefill's
   ``2 · N_body · prompt tokens``.
 
-``--decode-steps-timed`` loads the model (``--model``, SmolLM2 by default) and times its real one-token decode step (100 cached tokens) at one row
-and at ``--decode-rows`` rows, in fp32, bf16, and bf16 with the linear weights prepacked as the generation copy
-holds them (``rollout.prepacked_weights``): the one-row step is the fixed cost every step pays whatever the
+``--decode-steps-timed`` loads the model (``--model``, SmolLM2 by default) and times its real one-token decode step
+(100 cached tokens) at one row and at ``--decode-rows`` rows, in fp32, bf16, and bf16 with the linear weights
+prepacked as the generation copy holds them (``rollout.prepacked_weights``): the one-row step is the fixed cost every step pays whatever the
 batch (the operator calls of 30 layers, oneDNN's per-call weight reorder of plain bf16 products, and streaming
 the weights once), printed as a share of the full step.
 
-``--products-timed`` loads the model and times each phase's **matrix products alone**, on the model's own weights and
-in the layouts the real code hands them to oneDNN: a decode step's 211 products (every linear layer of the
+``--products-timed`` loads the model and times each phase's **matrix products alone**, on the model's own weights
+and in the layouts the real code hands them to oneDNN: a decode step's 211 products (every linear layer of the
 prepacked generation copy once, in order, at ``--decode-rows`` rows), and a micro-batch's update products (per
 linear layer the forward ``x Wᵀ``, the input gradient ``g W`` and the weight gradient ``gᵀ x`` of ``F.linear``'s
 backward, on the weights cast as autocast casts them, at ``--train-rows`` tokens). The floor divided by that time
@@ -203,11 +203,13 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name, tp, dp, uf, ufl, st, co, gf in rows:
         print(f"| {name} | {tp:.0f} | {dp:.0f} | {uf / 1e12:.2f} T | {ufl:.2f} | {st:.2f} | {co:.2f} | {gf:.2f} |")
-    if args.decode_steps_timed:
+    model = None
+    if args.decode_steps_timed or args.products_timed:
         from grove.models.pretrained import load_policy
         from grove.rollout.generation_weights import GenerationWeights
 
         model, _ = load_policy(args.model)
+    if args.decode_steps_timed:
         print(f"\n| precision | decode step, 1 row ms | decode step, {args.decode_rows} rows ms | its matmul floor ms "
               f"| fixed share of the {args.decode_rows}-row step |")
         print("|---|---|---|---|---|")
@@ -222,10 +224,6 @@ def main() -> None:
             print(f"| {name} | {one:.1f} | {full:.1f} | {floor:.1f} | {one / full:.0%} |")
     floors = {r[0]: (r[7], r[4]) for r in rows}
     if args.products_timed:
-        from grove.models.pretrained import load_policy
-        from grove.rollout.generation_weights import GenerationWeights
-
-        model, _ = load_policy(args.model)
         print(f"\n| precision | decode step ({args.decode_rows} rows): floor ms | its products alone ms | "
               f"products-only bound | update products GFLOP/s (layers / head, {args.train_rows} tokens) | "
               "update products-only s | update floor s | products-only bound |")

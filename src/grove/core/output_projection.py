@@ -210,7 +210,8 @@ class _OutputProjectionLogprobs(torch.autograd.Function):
         )
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.kept, ctx.ranges, ctx.dtype, ctx.temperature = kept, ranges, dtype, temperature
-        ctx.weight_leaf = weight if writes_weight_gradient_in_place(weight) else None  # its .grad receives the gradient (see the module notes)
+        # its .grad receives the gradient (see the module notes)
+        ctx.weight_leaf = weight if writes_weight_gradient_in_place(weight) else None
         return token_logp, entropy
 
     @staticmethod

@@ -3,8 +3,9 @@
 ``nn.Embedding``'s backward (``embedding_dense_backward``) builds a zero-filled ``[V, H]`` gradient for every
 micro-batch, adds the looked-up rows' gradients into it, and autograd then adds that buffer into ``weight.grad``:
 for SmolLM2's 49,152 × 576 float32 embedding, a 113 MB fill and a 113 MB add per micro-batch, whatever the few
-hundred tokens it looked up. On the 2-core CPU the fill of freshly mapped pages took 150–170 ms each
-(``torch.profiler`` of the fp32 update, 8 micro-batches: 1.2–1.7 s of a 13.5 s update; docs/benchmarks.md, issue 16).
+hundred tokens it looked up. Without them the fp32 update of the TRL benchmark's batch (8 micro-batches, every
+sample computed) took 11.51 instead of 12.38 s on the 2-core CPU, unprofiled and alternated (docs/benchmarks.md,
+issue 16); bf16 was unchanged.
 
 :func:`embed_tokens` returns the same rows (``weight[ids]``), and inside
 :func:`grove.core.output_projection.accumulating_weight_gradient_in_place` (the single-process update opens it;

@@ -191,7 +191,8 @@ def policy_forward_shared_prefix(
     backbone = decoder_backbone(model)
     cache = DynamicCache(config=model.config)
     prefix = backbone(
-        **token_inputs(backbone, prompts), attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        **token_inputs(backbone, prompts), attention_mask=mask, position_ids=positions, past_key_values=cache,
+        use_cache=True,
     ).last_hidden_state
     _fan_out_cache(cache, inverse)  # the prompt's keys/values, once per response
     attention_mask = torch.cat([mask[inverse], response_mask.long()], dim=1)
