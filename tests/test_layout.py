@@ -15,18 +15,18 @@ ALLOWED = {
     "core": {"batch", "registry"},
     "models": {"batch", "core"},
     "rollout": set(),
-    "rewards": {"registry"},
+    "rewards": {"registry", "user_code"},
     "tasks": {"knowledge", "registry"},
     "infra": {"core"},
-    "evaluation": {"infra", "rewards", "rollout", "tasks"},
+    "evaluation": {"infra", "rewards", "rollout", "tasks", "user_code"},
     "config": {"builtin_components", "core", "registry", "tasks"},
     "pipeline": {"batch", "config", "core", "distributed", "infra", "models", "rewards", "rollout", "tasks"},
     "distributed": {"batch"},
     "knowledge": {"registry"},
-    "envs": {"knowledge", "registry"},
+    "envs": {"knowledge", "registry", "user_code"},
     "experience": {
         "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",
-        "rollout", "tasks",
+        "rollout", "tasks", "user_code",
     },
 }
 
