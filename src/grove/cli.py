@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -45,11 +46,13 @@ def _user_errors() -> tuple[type[Exception], ...]:
     """The exception types that are the user's mistakes (a config, data file, model directory, prompt length or
     reward function): printed as ``error: ...`` with exit code 2. Anything else is a bug and keeps its traceback."""
     from grove.models.pretrained import ModelLoadError
-    from grove.rewards.scoring import RewardFunctionError
+    from grove.rewards.scoring import RewardFunctionError, RewardLoadError
     from grove.rollout.engine import PromptTooLongError
     from grove.tasks.task import TaskDataError
+    from grove.user_code import UserCodeExit
 
-    return ConfigError, ModelLoadError, TaskDataError, PromptTooLongError, RewardFunctionError
+    return ConfigError, ModelLoadError, TaskDataError, PromptTooLongError, RewardFunctionError, RewardLoadError, \
+        UserCodeExit
 
 
 def _user_message(exc: Exception) -> str:
@@ -97,12 +100,21 @@ def train(
     cfg = _load(config, overrides)
     from grove.distributed.world import init_world
     from grove.infra.checkpoint import CheckpointWriteError
+    from grove.infra.write_failures import RunWriteError
     from grove.training.nonfinite_guard import NonFiniteTrainingError
+    from grove.training.preflight import preflight
     from grove.training.trainer import Trainer
 
-    # besides the user's mistakes: the run's own clear stops (a checkpoint that could not be written, a run that
-    # kept producing NaN), whose messages say what is intact and how to go on
-    user_errors = (*_user_errors(), CheckpointWriteError, NonFiniteTrainingError)
+    # besides the user's mistakes: the run's own clear stops (a checkpoint or log that could not be written, a run
+    # that kept producing NaN), whose messages say what is intact and how to go on
+    user_errors = (*_user_errors(), CheckpointWriteError, RunWriteError, NonFiniteTrainingError)
+    resume_command = shlex.join(
+        ["grove", "train", str(config), "--resume", str(cfg.output_dir), *(a for o in set_ or [] for a in ("--set", o))]
+    )
+    try:
+        preflight(cfg)  # user code and model names resolve before the model loads
+    except user_errors as exc:
+        _fail(_user_message(exc))
     world = init_world(cfg.distributed.timeout_seconds, cfg.distributed.device)  # one process without torchrun
     where = f"{world.label}: " if world.distributed else ""
 
@@ -113,16 +125,17 @@ def train(
     problem = _output_dir_problem(Path(cfg.output_dir)) if world.is_main else None
     if problem is not None:
         fail(f"output_dir {cfg.output_dir!r} is not writable: {problem}; choose another with --set output_dir=...")
+    trainer = None
     try:
         trainer = Trainer(cfg, Path(cfg.output_dir), resume=resume is not None, world=world)
-    except user_errors as exc:
-        fail(_user_message(exc))
-    if trainer.resume_from is not None and world.is_main:
-        err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
-    try:
+        if trainer.resume_from is not None and world.is_main:
+            err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
         summary = trainer.run()
     except user_errors as exc:
         fail(_user_message(exc))
+    except (KeyboardInterrupt, SystemExit) as exc:  # a second signal, a Ctrl-C outside the loop, user code exiting
+        world.close()
+        _stopped_early(exc, trainer, Path(cfg.output_dir), resume_command, where)
     except Exception as exc:
         if world.distributed:  # say which rank failed, before the traceback torchrun collects
             err.print(f"[red]error:[/red] {escape(f'{where}{type(exc).__name__}: {exc}')}", highlight=False)
@@ -134,7 +147,7 @@ def train(
         if world.is_main:
             err.print(
                 f"{summary.stopped_by} received: stopped after step {summary.steps} with a checkpoint. Continue with:\n"
-                f"  grove train {config} --resume {cfg.output_dir}" + "".join(f" --set {o}" for o in set_ or []),
+                f"  {resume_command}",
                 markup=False, highlight=False,
             )
         raise typer.Exit(128 + signal.Signals[summary.stopped_by].value)
@@ -143,6 +156,45 @@ def train(
 
         plots = plot_run(summary.run_dir)
         _print_summary(summary.run_dir, plots)
+
+
+def _stopped_early(
+    exc: KeyboardInterrupt | SystemExit, trainer, run_dir: Path, resume_command: str, where: str
+) -> NoReturn:
+    """Say that the run stopped before its last step, where, what is saved and how to go on; exit non-zero (a
+    scheduler must never read an unfinished run as finished)."""
+    import signal
+
+    from grove.infra.checkpoint import list_checkpoints
+    from grove.user_code import ImmediateStop
+
+    if trainer is None:
+        when = "during start-up"
+    elif trainer.step == 0:
+        when = "before the first training step"
+    else:
+        when = f"during step {trainer.step}"
+    saved = list_checkpoints(run_dir)
+    if saved:
+        state = f"the last checkpoint is {saved[-1].name}; continue with:\n  {resume_command}"
+    elif (run_dir / "config.yaml").exists():
+        state = f"no checkpoint was written yet; start it over in the same directory with:\n  {resume_command}"
+    else:
+        state = "nothing was saved yet; start it again with the same command"
+    if isinstance(exc, ImmediateStop):
+        what, code = f"{exc.signal_name} received a second time: stopped at once", 128 + signal.Signals[
+            exc.signal_name].value
+    elif isinstance(exc, KeyboardInterrupt):
+        what, code = "interrupted (Ctrl-C or KeyboardInterrupt)", 128 + signal.SIGINT.value
+    else:
+        exit_code = exc.code
+        what = (
+            f"the run ended early: sys.exit({exit_code!r}) was called (by user code outside a reward or an "
+            "environment step, which must return or raise instead)"
+        )
+        code = exit_code if isinstance(exit_code, int) and exit_code not in (0, 2) else 1
+    err.print(f"[red]error:[/red] {escape(f'{where}{what} {when}; {state}')}", highlight=False)
+    raise typer.Exit(code)
 
 
 def _print_summary(run_dir: Path, plots: list[Path]) -> None:
@@ -267,8 +319,15 @@ def config_show(
         typer.Option("--processes", min=1, help="Estimate per rank for a launch on N processes (distributed.strategy)."),
     ] = 1,
 ) -> None:
-    """Print the resolved, validated config, the batch quantities it implies, and a peak-memory estimate."""
+    """Print the resolved, validated config, the batch quantities it implies, and a peak-memory estimate; the
+    rewards, a user environment and LoRA targets are resolved as `grove train` resolves them before the model loads."""
     cfg = _load(config, set_)
+    from grove.training.preflight import preflight
+
+    try:
+        preflight(cfg)
+    except _user_errors() as exc:
+        _fail(_user_message(exc))
     if cfg.algorithm.preset:
         import yaml
 

@@ -75,7 +75,9 @@ class Registry(Generic[T]):
         ``"greedy_baseline"``: one greedy completion per prompt, scored, in
         ``RolloutBatch.baseline_scores``; ``"steps"``: the environment step table ``RolloutBatch.steps``
         (agent experience only); ``"ref_logprobs"``: the reference policy's log-probs, so a
-        reference model is loaded even with ``kl.coef: 0``); the pipeline provides them when the
+        reference model is loaded even with ``kl.coef: 0``; ``"groups"``: several samples per prompt, for a
+        component that compares each sample with the others of its group — the config refuses an advantage
+        estimator with it when ``train.completions_per_prompt`` is 1); the pipeline provides them when the
         component is selected. ``formula`` (one line) and ``reference`` (the implementation whose
         numbers it matches) document the component in the generated tables.
 

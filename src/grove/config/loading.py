@@ -56,7 +56,45 @@ def _yaml_problem(exc: BaseException) -> tuple[str, str]:
 
 
 def _parse_yaml(text: str) -> Any:
+    """The data of a YAML text; a key given twice in one mapping is a :class:`ConfigError` (YAML would silently keep
+    the last value)."""
+    duplicate = _duplicate_key(yaml.compose(text, Loader=_ConfigLoader))
+    if duplicate:
+        raise ConfigError(duplicate)
     return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _duplicate_key(node: yaml.Node | None, path: str = "", visited: set[int] | None = None) -> str | None:
+    """Where a mapping of ``node``'s tree repeats a key: a message naming the dotted key and both lines. An aliased
+    node is looked at once (a recursive alias is reported later, as such)."""
+    visited = set() if visited is None else visited
+    if id(node) in visited:
+        return None
+    visited.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = key_node.value
+                dotted = f"{path}.{key}" if path else key
+                if key in seen:
+                    first, again = seen[key].start_mark.line + 1, key_node.start_mark.line + 1
+                    return (
+                        f"{dotted} is given twice (line {first} and line {again}); YAML would keep only the last "
+                        "value: remove one of them"
+                    )
+                seen[key] = key_node
+                found = _duplicate_key(value_node, dotted, visited)
+            else:
+                found = _duplicate_key(value_node, path, visited)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _duplicate_key(item, f"{path}.{i}" if path else str(i), visited)
+            if found:
+                return found
+    return None
 
 
 def _plain_data_problem(value: Any, path: str, ancestors: tuple[int, ...] = ()) -> str | None:
@@ -88,6 +126,8 @@ def _parse_override_value(key: str, raw: str) -> Any:
         return ""
     try:
         value = _parse_yaml(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"--set {key}: {exc}") from None
     except _YAML_ERRORS as exc:
         problem, _where = _yaml_problem(exc)
         raise ConfigError(
@@ -220,6 +260,8 @@ def _read_config_file(p: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror or exc}") from None
     try:
         loaded = _parse_yaml(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
     except _YAML_ERRORS as exc:
         problem, where = _yaml_problem(exc)
         raise ConfigError(f"{p}: not valid YAML{f' at {where}' if where else ''}: {problem}") from None

@@ -3,7 +3,7 @@ checkpoint, logging). Every field carries its description; ``docs/config.md`` li
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -216,10 +216,15 @@ class TrainConfig(Section):
         return self.prompts_per_step * self.completions_per_prompt
 
 
+AdamBeta = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
 class OptimConfig(Section):
     lr: float = Field(1e-6, gt=0.0, description="Peak AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[AdamBeta, AdamBeta] = Field(
+        (0.9, 0.999), description="AdamW's decay rates of the first and second moments, each in [0, 1)."
+    )
     eps: float = Field(1e-8, gt=0.0)
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
     schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warm-up.")

@@ -137,6 +137,8 @@ def _check_reward_aggregation(cfg: GroveConfig) -> None:
 
 
 def _check_stages(cfg: GroveConfig) -> None:
+    from grove.registry import ADVANTAGE_ESTIMATORS
+
     correction = cfg.algorithm.rollout_correction
     if correction.mode != "none" and cfg.train.old_logprobs != "recompute":
         raise ValueError(
@@ -149,6 +151,22 @@ def _check_stages(cfg: GroveConfig) -> None:
         raise ValueError(
             f"algorithm.overlong.cache_tokens ({cache}) must not exceed rollout.max_new_tokens "
             f"({cfg.rollout.max_new_tokens})"
+        )
+    estimator = cfg.algorithm.advantage.id
+    if cfg.train.completions_per_prompt < 2 and "groups" in ADVANTAGE_ESTIMATORS.entry(estimator).requires:
+        raise ValueError(
+            f"train.completions_per_prompt: 1 with algorithm.advantage {estimator!r}, which compares each sample with "
+            "the other completions of its prompt: with one completion there is none, so no advantage is "
+            "group-relative (a lone sample gets its raw score, 0 or an error, depending on the estimator). Set "
+            "train.completions_per_prompt >= 2, or choose an estimator that needs no group (reinforce_pp, remax)"
+        )
+    params = cfg.algorithm.advantage.validated(ADVANTAGE_ESTIMATORS)
+    smallest = params.min_group_size() if hasattr(params, "min_group_size") else 1
+    if cfg.train.completions_per_prompt < smallest:
+        raise ValueError(
+            f"train.completions_per_prompt ({cfg.train.completions_per_prompt}) is smaller than the groups "
+            f"algorithm.advantage {estimator!r} takes with these parameters (at least {smallest}); raise it, or lower "
+            f"the estimator's parameter (e.g. k)"
         )
     if cfg.algorithm.dynamic_sampling.enabled and cfg.train.completions_per_prompt < 2:
         raise ValueError("algorithm.dynamic_sampling needs train.completions_per_prompt >= 2 (a group's variance)")

@@ -59,6 +59,7 @@ def beta_parameters(p: Tensor) -> tuple[Tensor, Tensor]:
     params=BNPOParams,
     paper=papers.BNPO,
     summary="Group-mean baseline weighted by 1 / Beta pdf of the pass rate.",
+    requires=("groups",),
     formula="s = (r - min)/(max - min), p_g = mean_g(s), A_i = clamp(1 / Beta_pdf(p_g; alpha, beta), 0, max_weight) (s_i - p_g)",
     reference="authors' code, changyi7231/BNPO recipe/bnpo/src/bnpo_ray_trainer.py::compute_bnpo_outcome_advantage",
 )

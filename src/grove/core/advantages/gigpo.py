@@ -232,7 +232,7 @@ def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> Advantage
     params=EpisodeGRPOParams,
     paper=papers.GIGPO,
     summary="GiGPO's episode-level advantage alone: GRPO over the trajectories of an env group (agents).",
-    requires=("steps",),
+    requires=("steps", "groups"),
     formula="A_t = (s_t - mean_g) [/ (std_g + eps)], s_t = sum_k r_k - p_t (= gigpo with omega = 0)",
     reference="verl-agent gigpo/core_gigpo.py::episode_norm_reward (796ed31)",
 )

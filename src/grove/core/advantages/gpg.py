@@ -42,6 +42,7 @@ class GPGParams(BaseModel):
     params=GPGParams,
     paper=papers.GPG,
     summary="Group-mean baseline scaled by the valid-sample factor alpha.",
+    requires=("groups",),
     formula="A_i = alpha (r_i - mean_g) / f_norm, alpha = N / max(M, 1)",
     reference="verl compute_gpg_outcome_advantage (alpha: nonzero_reward)",
 )

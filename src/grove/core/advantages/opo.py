@@ -21,6 +21,7 @@ from grove.registry import ADVANTAGE_ESTIMATORS, NoParams
     params=NoParams,
     paper=papers.OPO,
     summary="Length-weighted group-mean baseline (optimal baseline).",
+    requires=("groups",),
     formula="A_i = r_i - sum_{j in g} l_j r_j / sum_{j in g} l_j",
     reference="verl compute_opo_outcome_advantage",
 )

@@ -43,6 +43,7 @@ class GRPOPassKParams(BaseModel):
     params=GRPOPassKParams,
     paper=papers.PASSK_TANG,
     summary="Only the best sample of each group: r_max - r_second_max (over the group std).",
+    requires=("groups",),
     formula="best sample of each group: A = (r_max - r_second) / (std_g + eps), all others 0",
     reference="verl compute_grpo_passk_outcome_advantage",
 )
@@ -85,6 +86,10 @@ class PassKAnalyticParams(BaseModel):
     k: int = Field(4, ge=1, description="The k of pass@k; at most the group size.")
     threshold: float = Field(0.5, description="A sample is correct when its score >= threshold.")
 
+    def min_group_size(self) -> int:
+        """The fewest samples per group the estimator takes (the config checks train.completions_per_prompt)."""
+        return self.k
+
 
 def _comb_ratio(a: Tensor, b: Tensor, k: int) -> Tensor:
     """``C(a, k) / C(b, k)`` for integer tensors ``0 <= a <= b``, ``b >= k`` (float64; 0 when ``a < k``)."""
@@ -103,6 +108,7 @@ def _comb_ratio(a: Tensor, b: Tensor, k: int) -> Tensor:
     params=PassKAnalyticParams,
     paper=papers.PASSK_CHEN,
     summary="Closed-form pass@k group advantages for binary rewards.",
+    requires=("groups",),
     formula="R = 1 - C(N_neg,k)/C(N,k), sigma = sqrt(R(1-R)), A_pos = (1-R)/sigma, "
     "A_neg = (1 - R - C(N_neg-1,k-1)/C(N-1,k-1))/sigma",
     reference="none found; the paper's closed form by hand, and k = 1 equals GRPO with the biased std and no eps",

@@ -115,6 +115,7 @@ def reinforce_pp(batch: RolloutBatch, scores: Tensor, params: ReinforcePPParams)
     params=ReinforcePPBaselineParams,
     paper=papers.REINFORCE_PP,
     summary="Group-mean baseline, then whitening over the batch's tokens.",
+    requires=("groups",),
     formula="A_{i,t} = whiten(r_i - mean_g) over all response tokens of the batch",
     reference="verl compute_reinforce_plus_plus_baseline_outcome_advantage",
 )
