@@ -185,6 +185,38 @@ def test_prompt_overflow_in_training_names_example_tokens_limit_and_fixes(tmp_pa
     assert "tokens" in message
 
 
+def test_an_overlong_prompt_is_found_when_the_task_loads_not_when_it_is_drawn(tmp_path, tiny_model):
+    """One long row among many: reported before the first step, however late the sampler would reach it."""
+    rows = [json.dumps({"prompt": f"What is {i}+{i}?", "answer": str(2 * i)}) for i in range(40)]
+    rows[29] = json.dumps({"prompt": LONG, "answer": "1"})
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    eval_data = write_jsonl(tmp_path / "eval.jsonl", [GOOD])
+    result = train(tmp_path, tiny_model, task=jsonl_task(data, eval_path=str(eval_data)),
+                   **{"eval.before_training": False, "rollout.max_new_tokens": 400, "train.steps": 10})
+    user_error(result, "train example 29", LONG[:60], "512")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # no step ran
+
+
+def test_check_prompts_fit_encodes_only_prompts_that_could_be_too_long(tiny_model):
+    from grove.models.pretrained import load_policy
+    from grove.rollout.engine import PromptTooLongError, check_prompts_fit
+
+    _, tokenizer = load_policy(tiny_model)
+    calls = []
+    real = tokenizer.apply_chat_template
+
+    def counting(messages, **kw):
+        calls.append(messages[-1]["content"])
+        return real(messages, **kw)
+
+    tokenizer.apply_chat_template = counting
+    prompts = ["short"] * 50 + ["é" * 400]  # 800 bytes: could be too long, so it is encoded
+    with pytest.raises(PromptTooLongError, match="prompt 50"):
+        check_prompts_fit(tokenizer, prompts, context_length=512, max_new_tokens=8)
+    assert "short" not in calls and "é" * 400 in calls
+    check_prompts_fit(tokenizer, prompts[:50], context_length=512, max_new_tokens=8)  # fits: no error
+
+
 def test_prompt_overflow_in_evaluation(tmp_path, tiny_model):
     data = write_jsonl(tmp_path / "data.jsonl", [json.dumps({"prompt": LONG, "answer": "1"})] * 2)
     result = evaluate(tiny_model, "--set", f"task={jsonl_task(data, eval_path=str(data))}",

@@ -154,7 +154,11 @@ def train(
     if world.is_main:
         from grove.infra.plotting import plot_run
 
-        plots = plot_run(summary.run_dir)
+        try:
+            plots = plot_run(summary.run_dir)
+        except RunWriteError as exc:  # every step ran and is saved: the run is finished, without its pictures
+            err.print(f"[yellow]warning:[/yellow] {escape(str(exc))}", highlight=False)
+            plots = []
         _print_summary(summary.run_dir, plots)
 
 
@@ -217,7 +221,8 @@ def _print_summary(run_dir: Path, plots: list[Path]) -> None:
     if data.get("before") and data.get("after"):
         gain = 100 * (data["after"]["accuracy"] - data["before"]["accuracy"])
         console.print(f"change: {gain:+.1f} points")
-    console.print(f"run directory: {run_dir}  (plots: {', '.join(str(p) for p in plots)})")
+    shown = ", ".join(str(p) for p in plots) or "none written"
+    console.print(f"run directory: {run_dir}  (plots: {shown})")
 
 
 @app.command("eval")
@@ -457,12 +462,12 @@ def _tokenizer(path: Path):
 def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
     """Write PNG curves (reward, accuracy, KL, entropy, length, clip fraction, grad norm) to RUN_DIR/plots."""
     from grove.infra.plotting import plot_run
+    from grove.infra.write_failures import RunWriteError
 
     try:
         paths = plot_run(run_dir)
-    except FileNotFoundError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+    except (FileNotFoundError, RunWriteError) as exc:
+        _fail(str(exc))
     for p in paths:
         console.print(str(p))
 

@@ -16,7 +16,14 @@ from grove.experience.task_sampler import TaskSampler
 from grove.pipeline.collect import ExperienceSettings, collect_experience
 from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES, REWARD_AGGREGATORS
 from grove.rewards.scoring import resolve_rewards, reward_columns
-from grove.rollout.engine import SamplingParams, context_length, encode_prompts, fit_prompts, prompt_preview
+from grove.rollout.engine import (
+    SamplingParams,
+    check_prompts_fit,
+    context_length,
+    encode_prompts,
+    fit_prompts,
+    prompt_preview,
+)
 from grove.tasks.task import build_task, require_examples
 
 __all__ = ["CompletionSource", "rollout_sampling"]
@@ -67,6 +74,29 @@ class CompletionSource:
         )
         require_examples(self.task, cfg.task.id)  # an empty split: an error naming the task and split
         self.sampler = TaskSampler(len(self.task.train), cfg.seed)
+        self._check_prompt_lengths()
+
+    def _check_prompt_lengths(self) -> None:
+        """With ``rollout.prompt_overflow: error``, a prompt too long for the model's context is reported when the
+        task loads (naming the example), not at the step that draws it."""
+        cfg = self.ctx.cfg
+        if cfg.rollout.prompt_overflow != "error":
+            return
+        limit = context_length(getattr(self.ctx.engine, "model", None), self.ctx.tokenizer)
+        eval_examples = list(self.task.eval)[: cfg.eval.max_examples]
+        eval_tokens = cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens
+        splits = [("eval", eval_examples, eval_tokens, "eval.max_new_tokens" if cfg.eval.max_new_tokens else
+                   "rollout.max_new_tokens")]
+        if self.ctx.training:
+            splits.insert(0, ("train", self.task.train, cfg.rollout.max_new_tokens, "rollout.max_new_tokens"))
+        for split, examples, new_tokens, key in splits:
+            check_prompts_fit(
+                self.ctx.tokenizer, [e.prompt for e in examples], context_length=limit, max_new_tokens=new_tokens,
+                system_prompt=cfg.rollout.system_prompt, use_chat_template=cfg.rollout.use_chat_template,
+                describe=lambda i, split=split, examples=examples: f"{split} example {i} of task {cfg.task.id!r} "
+                f"({prompt_preview(examples[i].prompt)})",
+                max_new_tokens_key=key,
+            )
 
     def draw_prompts(self, count: int):
         """The next ``count`` training examples and their prompt token ids, fitted to the model's context

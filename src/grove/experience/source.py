@@ -42,6 +42,7 @@ class SourceContext:
     ``kl_in_reward`` returns this step's KL-in-reward setting (``None`` unless ``kl.placement: reward``;
     its coefficient can change between steps). ``world``: the ranks the step's groups are shared among
     (a source generates only this rank's share and gathers the scored batch, :mod:`grove.distributed`).
+    ``training``: ``False`` outside a training run (evaluation only: the training split is not checked).
     """
 
     cfg: GroveConfig
@@ -53,6 +54,7 @@ class SourceContext:
     reference: Callable[[RolloutBatch], Tensor] | None
     kl_in_reward: Callable[[], KLInReward | None]
     world: World = field(default_factory=World)
+    training: bool = True
 
     @classmethod
     def for_evaluation(cls, cfg: GroveConfig, engine: RolloutEngine, tokenizer: Any) -> SourceContext:
@@ -68,6 +70,7 @@ class SourceContext:
             advantage_params=advantage.validated(ADVANTAGE_ESTIMATORS),
             reference=None,
             kl_in_reward=lambda: None,
+            training=False,
         )
 
 

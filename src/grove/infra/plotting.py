@@ -11,6 +11,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from grove.infra.run_logs import JsonlLog  # noqa: E402
+from grove.infra.write_failures import reporting_write_failures  # noqa: E402
+
+_EVAL_KEYS = ("accuracy", "ci_low", "ci_high", "total")
 
 PANELS: list[tuple[str, list[str]]] = [
     ("reward", ["reward_mean"]),
@@ -78,19 +81,27 @@ def _plot_objectives(records: list[dict], evals: list[dict], names: list[str], p
         ax.axis("off")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    try:
+        with reporting_write_failures(path, "the plot", f"run: grove plot {path.parent.parent}"):
+            fig.savefig(path, dpi=90)
+    finally:
+        plt.close(fig)
 
 
 def plot_run(run_dir: Path, smooth: int = 5) -> list[Path]:
     """Write ``plots/training.png``, ``plots/eval_accuracy.png`` and (several objectives) ``plots/objectives.png``;
     return the written paths."""
     records = JsonlLog(run_dir / "metrics.jsonl").read()
-    evals = JsonlLog(run_dir / "eval.jsonl").read()
+    evals = [e for e in JsonlLog(run_dir / "eval.jsonl").read() if all(k in e for k in _EVAL_KEYS)]
     if not records and not evals:
         raise FileNotFoundError(f"{run_dir} has no metrics.jsonl or eval.jsonl to plot")
     out_dir = run_dir / "plots"
-    out_dir.mkdir(exist_ok=True)
+    with reporting_write_failures(out_dir, "the plots in", f"run: grove plot {run_dir}"):
+        out_dir.mkdir(exist_ok=True)
     written = []
     if records:
         cols = 3
@@ -116,8 +127,7 @@ def plot_run(run_dir: Path, smooth: int = 5) -> list[Path]:
         fig.suptitle(str(run_dir))
         fig.tight_layout()
         path = out_dir / "training.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
+        _save(fig, path)
         written.append(path)
     if evals:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -132,8 +142,7 @@ def plot_run(run_dir: Path, smooth: int = 5) -> list[Path]:
         ax.grid(alpha=0.3)
         fig.tight_layout()
         path = out_dir / "eval_accuracy.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
+        _save(fig, path)
         written.append(path)
     names = objective_names(records, evals)
     if names:

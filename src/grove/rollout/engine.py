@@ -7,7 +7,7 @@ completion ``j`` of prompt ``i`` is row ``i * n + j``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -18,6 +18,7 @@ from torch import Tensor
 __all__ = [
     "FINISH_REASONS",
     "PromptTooLongError",
+    "check_prompts_fit",
     "RolloutEngine",
     "RolloutOutput",
     "SamplingParams",
@@ -227,3 +228,39 @@ def fit_prompts(
                 f"rollout.prompt_overflow: truncate_left to keep each long prompt's last {room} tokens"
             )
     return out, truncated
+
+
+def check_prompts_fit(
+    tokenizer: Any,
+    prompts: Sequence[str | list[dict[str, str]]],
+    *,
+    context_length: int | None,
+    max_new_tokens: int,
+    system_prompt: str | None = None,
+    use_chat_template: bool = True,
+    describe: Callable[[int], str] = lambda i: f"prompt {i}",
+    max_new_tokens_key: str = "rollout.max_new_tokens",
+) -> None:
+    """Raise :class:`PromptTooLongError` for the first of ``prompts`` that will not fit the context (what
+    :func:`fit_prompts` with ``overflow="error"`` would raise when the prompt is drawn), checking a whole split when
+    it loads rather than when the prompt's turn comes.
+
+    A text prompt is encoded only when it could be too long: a token covers at least one byte of text (byte-level
+    BPE; SentencePiece's word-start marker adds at most one token), so a prompt of ``b`` UTF-8 bytes takes at most
+    ``b + 1`` tokens beyond the template's own."""
+    if context_length is None or not prompts:
+        return
+    room = context_length - max_new_tokens
+    encode = lambda items: encode_prompts(  # noqa: E731
+        tokenizer, items, system_prompt=system_prompt, use_chat_template=use_chat_template
+    )
+    overhead = len(encode([""])[0]) if use_chat_template else len(encode(["x"])[0])
+    suspects = [
+        i for i, p in enumerate(prompts) if not isinstance(p, str) or overhead + len(p.encode("utf-8")) + 1 > room
+    ]
+    for start in range(0, len(suspects), 256):
+        chunk = suspects[start : start + 256]
+        fit_prompts(
+            encode([prompts[i] for i in chunk]), context_length=context_length, max_new_tokens=max_new_tokens,
+            describe=lambda k, chunk=chunk: describe(chunk[k]), max_new_tokens_key=max_new_tokens_key,
+        )
