@@ -45,6 +45,7 @@ def _load(config: Path | None, overrides: list[str] | None) -> GroveConfig:
 def _user_errors() -> tuple[type[Exception], ...]:
     """The exception types that are the user's mistakes (a config, data file, model directory, prompt length or
     reward function): printed as ``error: ...`` with exit code 2. Anything else is a bug and keeps its traceback."""
+    from grove.infra.write_failures import RunWriteError
     from grove.models.pretrained import ModelLoadError
     from grove.rewards.scoring import RewardFunctionError, RewardLoadError
     from grove.rollout.engine import PromptTooLongError
@@ -52,7 +53,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from grove.user_code import UserCodeExit
 
     return ConfigError, ModelLoadError, TaskDataError, PromptTooLongError, RewardFunctionError, RewardLoadError, \
-        UserCodeExit
+        UserCodeExit, RunWriteError
 
 
 def _user_message(exc: Exception) -> str:
@@ -137,6 +138,9 @@ def train(
         world.close()
         _stopped_early(exc, trainer, Path(cfg.output_dir), resume_command, where)
     except Exception as exc:
+        full = _unreported_write_failure(exc, Path(cfg.output_dir))
+        if full is not None:  # a write outside the run's own files (a cache, a library's file) met a full disk
+            fail(full)
         if world.distributed:  # say which rank failed, before the traceback torchrun collects
             err.print(f"[red]error:[/red] {escape(f'{where}{type(exc).__name__}: {exc}')}", highlight=False)
         raise
@@ -160,6 +164,17 @@ def train(
             err.print(f"[yellow]warning:[/yellow] {escape(str(exc))}", highlight=False)
             plots = []
         _print_summary(summary.run_dir, plots)
+
+
+def _unreported_write_failure(exc: BaseException, run_dir: Path) -> str | None:
+    """The message for a full disk or a file-size limit met by a write grove does not wrap itself (a cache, a
+    library's own file); ``None`` for any other exception."""
+    from grove.infra.write_failures import describe_write_failure, write_failure_cause
+
+    path = Path(getattr(exc, "filename", None) or run_dir)
+    if write_failure_cause(exc, path) is None:
+        return None
+    return describe_write_failure(exc, path, "a file", f"start again with --resume {run_dir}")
 
 
 def _stopped_early(

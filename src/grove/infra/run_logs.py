@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,23 @@ class JsonlLog:
         return records
 
 
+def _report_tensorboard_write_errors_in_the_main_thread() -> None:
+    """TensorBoard writes events from a thread of its own; a write that fails there (a full disk) is stored and
+    raised again by the next write or flush in the main thread, where it is reported as one error. The thread would
+    also print its traceback first: this hook leaves that out (once installed, for that thread class only)."""
+    previous = threading.excepthook
+    if getattr(previous, "grove_tensorboard_hook", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and issubclass(args.exc_type, OSError):
+            return
+        previous(args)
+
+    hook.grove_tensorboard_hook = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
 class RunLogger:
     """Writes the per-step metrics, evaluation results and sample completions of one run."""
 
@@ -121,6 +139,7 @@ class RunLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             purge = None if resume_step is None else max(resume_step + 1, 0)
+            _report_tensorboard_write_errors_in_the_main_thread()
             with reporting_write_failures(run_dir / "tensorboard", "the TensorBoard events in", self.hint):
                 self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge)
 
