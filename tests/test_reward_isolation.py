@@ -210,9 +210,10 @@ def test_a_crashing_reward_kills_only_its_worker(fn, marker, exit_code):
     assert stats[f"reward_errors/{fn}"] == 1.0 and stats[f"reward_timeouts/{fn}"] == 0.0
     assert stats[f"reward_worker_restarts/{fn}"] == 2.0  # after the batch's crash and after sample 1's
     strict = resolve_reward(f"faulty_rewards:{fn}", isolation="process")
-    with pytest.raises(RewardFunctionError, match=rf"reward '{fn}' at step 2 failed on the batch of 1 samples: "
-                       rf"worker process died \(exit code {exit_code}\)"):
-        score(strict, [marker], step=2)
+    # on_error raise: the batch is re-scored one sample per call, so the message names the sample that crashed
+    with pytest.raises(RewardFunctionError, match=rf"reward '{fn}' at step 2 failed on sample 1: worker process "
+                       rf"died \(exit code {exit_code}\); prompt='p1', completion='{marker}!' \(isolation: process"):
+        score(strict, completions, step=2)
     assert score(strict, ["after"]).tolist() == [5.0]  # restarted
     for s in (skip, strict):
         s.worker.close()
@@ -249,7 +250,8 @@ def test_a_skipped_sample_leaves_the_step_and_the_advantages_stay_finite():
     assert torch.isnan(exp.batch.rewards[2, 0]) and torch.isfinite(exp.batch.advantages).all()
 
     everything = {0: ["BAD", "BAD", "BAD"], 1: ["BAD", "BAD", "BAD"]}
-    with pytest.raises(RewardFunctionError, match="every sample of the round was skipped"):
+    with pytest.raises(RewardFunctionError, match=r"no weighted reward applies to any of the 6 samples of the round "
+                       r"\(every sample was skipped by a failing reward"):
         collect_experience(ScriptedEngine(everything), make_source([0, 1]), only, torch.Generator(), step=1)
 
 

@@ -4,7 +4,10 @@ Order of operations (each optional stage is a config setting, not a trainer bran
 
 1. generate and score ``prompts_per_step`` groups (one *round*): the named reward matrix ``[N, K]`` (one
    column per objective) and its weights go into the batch; DAPO's soft overlong punishment is added as
-   the column ``overlong_penalty``;
+   the column ``overlong_penalty``. A sample no weighted column applies to (every weighted reward returned
+   ``None`` for it, or failed on it with ``on_error: skip``) cannot be scored and leaves the round (its group
+   keeps its other samples; ``reward_excluded_samples``); a round left with none is an error, and so is a
+   sample whose weighted rewards overflow float32;
 2. DAPO dynamic sampling: keep only groups that carry signal under the reward aggregator (some column of
    its ``signal`` varies: the combined score for per-sample aggregators, every weighted objective for
    GDPO/MO-GRPO) and draw further rounds until ``prompts_per_step`` such groups exist or ``max_rounds`` is
@@ -27,6 +30,8 @@ on the whole step's batch, so batch-level statistics equal their single-process 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -42,11 +47,20 @@ from grove.core.shaping import soft_overlong_penalty
 from grove.core.token_ops import row_mean
 from grove.distributed.batch_exchange import gather_batch
 from grove.distributed.world import World
-from grove.rewards.scoring import RewardFunctionError, RewardSpec, compute_rewards, reward_columns
+from grove.rewards.scoring import (
+    RewardFunctionError,
+    RewardSpec,
+    compute_rewards,
+    reward_columns,
+    sample_detail,
+)
+from grove.rewards.values import FLOAT32_MAX
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 from grove.tasks.task import Example, columns_for_rewards
 
 OVERLONG_REWARD = "overlong_penalty"
+
+log = logging.getLogger("grove.rewards")  # with the rewards' own failure reports
 
 #: draws the next ``count`` training examples and their prompt token ids
 PromptSource = Callable[[int], tuple[list[Example], list[list[int]]]]
@@ -69,6 +83,7 @@ class ExperienceSettings:
     aggregator: AggregateFn = sum_then_normalize
     aggregator_params: BaseModel | None = None  # None: the aggregator takes no parameters (sum_then_normalize)
     world: World = field(default_factory=World)  # the ranks the step's groups are shared among
+    notices: set[str] = field(default_factory=set, compare=False, repr=False)  # once-per-run warnings already given
 
 
 @dataclass(frozen=True)
@@ -104,17 +119,34 @@ class _Round:
     tokens: int
 
 
+@dataclass(frozen=True)
+class _Scored:
+    """A round's scores: ``rewards [M, K]`` (NaN: does not apply), the columns' names and weights, the prompt
+    texts, and ``unscorable [M]``: samples no weighted column applies to (every weighted reward returned ``None``
+    for them, or failed on them with ``on_error: skip``), which cannot be scored. ``skipped``: the samples some
+    reward with ``on_error: skip`` failed on."""
+
+    rewards: Tensor
+    names: list[str]
+    weights: list[float]
+    prompts: list[str]
+    unscorable: Tensor
+    skipped: frozenset[int]
+
+
 def _score(
     out: RolloutOutput,
     examples: list[Example],
     s: ExperienceSettings,
     step: int,
     stats: dict[str, float] | None = None,
-) -> tuple[Tensor, list[str], list[float], list[str], Tensor]:
-    """``(rewards [M, K], objective names, their weights, prompt texts, unscorable [M])`` of an engine output.
+) -> _Scored:
+    """Score an engine output with every reward (their failure counts are added to ``stats``).
 
-    ``unscorable``: samples a reward with ``on_error: skip`` failed on and that no other weighted reward applies
-    to; they cannot be scored. The rewards' failure counts are added to ``stats``."""
+    Raises:
+        RewardFunctionError: a reward failed with ``on_error: raise``, or a sample's weighted rewards overflow
+            float32 (:func:`_check_weighted_sums`).
+    """
     rows = [examples[i] for i in out.prompt_index.tolist()]
     prompts = [e.prompt_text for e in rows]
     columns = columns_for_rewards(rows)
@@ -122,11 +154,8 @@ def _score(
     rewards = compute_rewards(s.rewards, prompts, out.texts, columns, step=step, stats=stats, skipped=skipped)
     names_, weights_ = reward_columns(s.rewards)
     names, weights = list(names_), list(weights_)
-    unscorable = torch.zeros(rewards.shape[0], dtype=torch.bool)
-    if skipped:
-        active = torch.tensor(weights_) != 0
-        unscorable[sorted(skipped)] = True
-        unscorable &= torch.isnan(rewards[:, active]).all(dim=1)
+    active = torch.tensor(weights_, dtype=torch.float64) != 0
+    unscorable = torch.isnan(rewards[:, active]).all(dim=1)  # True for every sample when no column is weighted
     if s.overlong_cache_tokens is not None:
         penalty = soft_overlong_penalty(
             out.response_mask.sum(1),
@@ -138,7 +167,33 @@ def _score(
         names.append(OVERLONG_REWARD)
         weights.append(1.0)
         unscorable[:] = False  # the overlong column applies to every sample
-    return rewards, names, weights, prompts, unscorable
+    _check_weighted_sums(rewards, names, weights, prompts, out.texts, step)
+    return _Scored(rewards, names, weights, prompts, unscorable, frozenset(skipped))
+
+
+def _check_weighted_sums(
+    rewards: Tensor, names: Sequence[str], weights: Sequence[float], prompts: list[str], texts: list[str], step: int
+) -> None:
+    """Raise :class:`RewardFunctionError` when some sample's weighted rewards ``Σ_k |w_k r_k|`` exceed float32's
+    range: every value fits float32 (the rewards' check), but their weighted sum (in whatever order an aggregator
+    adds them) could become ±inf, and a NaN/inf score would only surface steps later as skipped updates."""
+    w = torch.tensor(weights, dtype=torch.float64)
+    magnitude = torch.nansum((rewards.double() * w).abs(), dim=1)
+    over = (magnitude > FLOAT32_MAX).nonzero().flatten()
+    if not len(over):
+        return
+    i = int(over[0])
+    terms = ", ".join(
+        f"{name} {value:g} × weight {weight:g}"
+        for name, value, weight in zip(names, rewards[i].tolist(), weights, strict=True)
+        if weight != 0 and not math.isnan(value)
+    )
+    raise RewardFunctionError(
+        f"step {step}: the weighted rewards of sample {i} ({terms}) add up to {float(magnitude[i]):g} in "
+        f"magnitude, beyond float32's largest value {FLOAT32_MAX:.4g}: the combined reward would be ±inf "
+        f"({len(over)} sample(s) of the round); scale these rewards or their weights down; "
+        f"{sample_detail(prompts, texts, i)}"
+    )
 
 
 def aggregate(batch: RolloutBatch, s: ExperienceSettings):
@@ -157,14 +212,18 @@ def _sample_round(
     stats: dict[str, float] | None = None,
 ) -> _Round:
     out = engine.generate(prompt_ids, s.completions_per_group, s.sampling, generator)
-    rewards, names, weights, prompts, unscorable = _score(out, examples, s, step, stats)
+    scored = _score(out, examples, s, step, stats)
+    rewards, names, weights, prompts, unscorable = (
+        scored.rewards, scored.names, scored.weights, scored.prompts, scored.unscorable
+    )
     seconds, tokens = out.seconds, out.num_generated_tokens
     baseline = None
     if s.greedy_baseline:  # per-sample aggregators only (config validation): each greedy sample is its own group
         greedy_sampling = dataclasses.replace(s.sampling, temperature=0.0, top_k=0, top_p=1.0)
         greedy = engine.generate(prompt_ids, 1, greedy_sampling, generator)
-        g_rewards, *_, g_unscorable = _score(greedy, examples, s, step, stats)
-        g_rewards[g_unscorable] = torch.nan_to_num(g_rewards[g_unscorable], nan=0.0)  # skipped baseline: 0
+        g = _score(greedy, examples, s, step, stats)
+        g_rewards = g.rewards
+        g_rewards[g.unscorable] = torch.nan_to_num(g_rewards[g.unscorable], nan=0.0)  # unscorable baseline: 0
         baseline = run_aggregator(s.aggregator, _reward_only_batch(g_rewards, names, weights), s.aggregator_params)
         baseline = baseline.scores[out.prompt_index]
         seconds, tokens = seconds + greedy.seconds, tokens + greedy.num_generated_tokens
@@ -190,17 +249,61 @@ def _sample_round(
             for k in range(num)
         ),
     )
-    if stats is not None and any(r.on_error == "skip" for r in s.rewards):
+    if stats is not None:
         stats["reward_excluded_samples"] = stats.get("reward_excluded_samples", 0.0) + float(unscorable.sum())
-    if bool(unscorable.any()):  # on_error: skip left them without any weighted reward: leave them out of the step
+    if bool(unscorable.any()):  # no weighted reward applies to them: leave them out of the step
         if bool(unscorable.all()):
-            raise RewardFunctionError(
-                f"step {step}: every sample of the round was skipped by a failing reward (on_error: skip) and no "
-                f"other weighted reward applies to it; nothing to train on (the rewards' first failure is logged "
-                f"on 'grove.rewards'; on_error: zero trains on them with reward 0)"
-            )
+            raise RewardFunctionError(_nothing_to_train_on(s, scored, step))
+        _say_left_out(s, scored, step)
         batch = batch.select((~unscorable).nonzero().flatten())
     return _Round(batch, seconds, tokens)
+
+
+def _weighted_reward_names(s: ExperienceSettings) -> str:
+    """The rewards with a weighted column, quoted, for messages: ``'a', 'b'``."""
+    return ", ".join(repr(r.name) for r in s.rewards if any(w != 0 for w in r.column_weights))
+
+
+def _nothing_to_train_on(s: ExperienceSettings, scored: _Scored, step: int) -> str:
+    n = int(scored.unscorable.numel())
+    if not any(w != 0 for w in scored.weights):
+        return (
+            f"step {step}: every reward has weight 0 (logged only), so none of the {n} samples of the round can be "
+            f"scored; give at least one reward (or objective) a non-zero weight"
+        )
+    failed = len(scored.skipped)
+    skip = (
+        "skipped by a failing reward (on_error: skip; its first failure is logged on 'grove.rewards'; on_error: "
+        "zero trains on them with reward 0)"
+    )
+    none = f"the weighted rewards ({_weighted_reward_names(s)}) returned None ('does not apply') for every objective"
+    if failed == n:
+        cause = f"every sample was {skip} and no other weighted reward applies to it"
+    elif failed:
+        cause = f"{failed} samples were {skip}, and for the other {n - failed} {none}"
+    else:
+        cause = (
+            f"{none}; a sample needs at least one weighted reward that applies to it (return a number, e.g. 0.0, "
+            f"where the reward should count)"
+        )
+    return f"step {step}: no weighted reward applies to any of the {n} samples of the round ({cause}); nothing to train on"
+
+
+def _say_left_out(s: ExperienceSettings, scored: _Scored, step: int) -> None:
+    """Warn, once per run, that samples no weighted reward applies to are left out (failures under
+    ``on_error: skip`` are already reported by the rewards themselves)."""
+    unscorable = scored.unscorable.nonzero().flatten().tolist()
+    returned_none = [i for i in unscorable if i not in scored.skipped]
+    if not returned_none or "left_out" in s.notices:
+        return
+    s.notices.add("left_out")
+    log.warning(
+        "step %d: %d of %d samples are left out of the step: the weighted rewards (%s) returned None ('does not "
+        "apply') for every objective of them, so they cannot be scored; they are not trained on and their groups "
+        "are normalised over their other samples. Counted per step in the metric reward_excluded_samples; this "
+        "warning is not repeated.",
+        step, len(returned_none), scored.unscorable.numel(), _weighted_reward_names(s),
+    )
 
 
 def _reward_only_batch(rewards: Tensor, names: list[str], weights: list[float]) -> RolloutBatch:
@@ -259,12 +362,12 @@ def collect_experience(
         informative = _informative(last.batch, s).nonzero().flatten()
         if len(informative):
             kept.append(last.batch.select(informative))
-            kept_groups += len(informative) // s.completions_per_group
+            kept_groups += _count_groups(last.batch.group_index[informative])
     filled = 0
     if kept_groups < groups:  # out of rounds: top up with the last round's uninformative groups
         assert last is not None
         rest = (~_informative(last.batch, s)).nonzero().flatten()
-        filled = min(groups - kept_groups, len(rest) // s.completions_per_group)
+        filled = min(groups - kept_groups, _count_groups(last.batch.group_index[rest]))
         kept.append(last.batch.select(rest))
     batch = _first_groups(concat_batches(kept, pad_token_id=s.pad_token_id), groups)
 
@@ -284,6 +387,11 @@ def collect_experience(
         sequence_advantages = row_mean(batch.advantages, batch.policy_token_mask)
         stats.update(objective_statistics(batch, aggregated, sequence_advantages, batch.reward_names))
     return StepExperience(batch, scores, seconds, tokens, stats, local_rows=local_rows)
+
+
+def _count_groups(group_index: Tensor) -> int:
+    """The number of distinct groups among samples (a group may have lost samples no reward applies to)."""
+    return int(torch.unique(group_index).numel())
 
 
 def _informative(batch: RolloutBatch, s: ExperienceSettings) -> Tensor:

@@ -12,7 +12,14 @@ time, until the trainer exits.
   detected by the broken pipe; its exit code is reported (:class:`RewardWorkerDied`) and the next call starts
   a fresh one.
 * An exception raised by the reward comes back as :class:`RemoteRewardError` carrying the type name, the
-  message and the worker's traceback; the worker stays up.
+  message and the worker's traceback; the worker stays up. So do ``sys.exit`` and ``KeyboardInterrupt`` in the
+  reward: as in the trainer (:func:`grove.user_code.user_code`) they become a ``UserCodeExit`` naming the reward
+  (the worker ignores SIGINT, so a ``KeyboardInterrupt`` there is always the reward's own).
+* The worker dies with the trainer, however the trainer ends (``SIGKILL`` and the OOM killer included): on Linux
+  the kernel kills it when the thread that started it exits (``prctl(PR_SET_PDEATHSIG, SIGKILL)``, armed first
+  thing, then the parent is checked to be still the one that started it); everywhere a daemon thread of the
+  worker ends it within :data:`PARENT_POLL_S` seconds once its parent process is gone, even while the reward hangs.
+  An orphaned worker would otherwise live on (and keep ``multiprocessing``'s resource tracker alive with it).
 
 Limits: starting a worker costs a Python interpreter start plus the imports of the reward's module (and, with
 ``spawn``, of the trainer's main script); the inputs and the returned values are pickled across the pipe (the
@@ -20,17 +27,24 @@ return value must be picklable: a list, a numpy array, a tensor); the worker is 
 running in it cannot start processes of its own (``multiprocessing`` forbids children of daemons), and it is
 terminated when the trainer exits.
 
-Only the standard library is used here (the ``rewards`` layer may import nothing of grove but the registry).
+Only the standard library and :mod:`grove.user_code` are used here (what the ``rewards`` layer may import).
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
 import pickle
 import signal
+import sys
+import threading
+import time
 import traceback
 import weakref
 from typing import Any
+
+from grove.user_code import grove_handles_stop_signals, user_code
 
 __all__ = [
     "RemoteRewardError",
@@ -44,6 +58,11 @@ __all__ = [
 
 #: how long a fresh worker may take to import the reward's module and report ready
 START_TIMEOUT_S = 300.0
+
+#: how often a worker's watchdog thread checks that its parent process is still alive
+PARENT_POLL_S = 0.5
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class RewardWorkerError(RuntimeError):
@@ -93,8 +112,45 @@ def pickled_reward(fn: Any) -> bytes:
     return pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _serve(conn: Any, payload: bytes) -> None:  # pragma: no cover - runs in the worker process
+def _arm_parent_death_signal() -> None:  # pragma: no cover - runs in the worker process
+    """Linux: ask the kernel to ``SIGKILL`` this process when the thread that started it exits."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the watchdog thread alone ends an orphaned worker
+        pass
+
+
+def _watch_parent(parent_pid: int) -> None:  # pragma: no cover - runs in the worker process
+    """End this process once its parent is gone (it is then re-parented: ``getppid()`` changes)."""
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+def _die_with_parent(parent_pid: int | None, death_signal: bool) -> None:  # pragma: no cover - in the worker
+    """Make sure this worker does not outlive the process that started it (see the module docstring).
+
+    ``parent_pid``: the trainer's pid (``None`` when the worker's parent is some other process, e.g. a fork
+    server: then the parent seen now is watched). ``death_signal``: the trainer started the worker from its main
+    thread, so the kernel's parent-death signal (sent when that *thread* exits) means the trainer ended.
+    """
+    if death_signal:
+        _arm_parent_death_signal()
+    if parent_pid is None:
+        parent_pid = os.getppid()
+    elif os.getppid() != parent_pid:  # the trainer died before the signal was armed
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="grove-reward-parent-watch", daemon=True).start()
+
+
+def _serve(
+    conn: Any, payload: bytes, name: str = "", parent_pid: int | None = None, death_signal: bool = False
+) -> None:  # pragma: no cover - runs in the worker process
     """The worker's loop: load the reward, then answer ``("call", kwargs)`` messages until EOF or ``"stop"``."""
+    _die_with_parent(parent_pid, death_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it then ends the worker
     try:
         fn = pickle.loads(payload)
@@ -110,7 +166,10 @@ def _serve(conn: Any, payload: bytes) -> None:  # pragma: no cover - runs in the
         if kind == "stop":
             return
         try:
-            result: tuple[str, Any] = ("ok", fn(**kwargs))
+            # SIGINT is ignored here, so a KeyboardInterrupt is the reward's own: mark the span as handled by grove
+            with grove_handles_stop_signals(), user_code(f"reward {name!r}"):
+                value = fn(**kwargs)
+            result: tuple[str, Any] = ("ok", value)
         except BaseException as e:  # noqa: BLE001 - a reward's failure goes back to the trainer
             result = ("error", (type(e).__name__, str(e), traceback.format_exc()))
         try:
@@ -168,8 +227,11 @@ class RewardWorker:
     def _start(self) -> None:
         ctx = multiprocessing.get_context(self._context)
         parent, child = ctx.Pipe(duplex=True)
+        parent_pid = os.getpid() if self._context in ("spawn", "fork") else None  # else a fork server is the parent
+        death_signal = threading.current_thread() is threading.main_thread()
         process = ctx.Process(
-            target=_serve, args=(child, self._payload), name=f"grove-reward-{self.name}", daemon=True
+            target=_serve, args=(child, self._payload, self.name, parent_pid, death_signal),
+            name=f"grove-reward-{self.name}", daemon=True,
         )
         process.start()
         child.close()  # the worker holds the only other end: its death reads as EOF here

@@ -10,8 +10,9 @@ User reward contract
 * Called with keyword arguments ``prompts=[...]``, ``completions=[...]`` and one keyword per dataset
   column (lists aligned with ``completions``). Accept ``**kwargs`` to ignore columns you do not use.
 * Return one value per completion: a real number, or ``None`` when the reward does not apply to that
-  sample (it is then left out of the weighted sum for that sample). NaN and ±inf are rejected: return
-  ``None`` instead of NaN.
+  sample (it is then left out of the weighted sum for that sample; a sample no weighted reward applies to is
+  left out of the training step, :mod:`grove.pipeline.collect`). NaN and ±inf are rejected (return ``None``
+  instead of NaN), and so is a value whose magnitude does not fit the float32 reward matrix (e.g. ``1e300``).
 * A reward may score several *objectives* in one call (one clinical checker, not K): it declares their
   names (the ``objectives`` key of its config block, a ``fn.objectives`` attribute, or — for a registered
   reward — its params model's ``objective_names()``) and returns per sample a dict
@@ -20,11 +21,13 @@ User reward contract
 * Exceptions are not swallowed (``on_error: raise``, the default): they are re-raised as
   :class:`RewardFunctionError` naming the reward, the training step, the failing sample and a truncated
   prompt/completion.
+* A reward cannot end the run: ``sys.exit`` (and a ``KeyboardInterrupt`` it raises while grove handles the stop
+  signals, :func:`grove.user_code.user_code`) is a ``UserCodeExit``, a failure of that reward like an exception.
 
 Failures, hangs and crashes (per reward: ``on_error``, ``isolation``, ``timeout_s``)
 -------------------------------------------------------------------------------
 * ``on_error: zero`` / ``skip``: a sample the reward raised on (or returned a malformed / NaN / inf value for)
-  gets 0.0 / NaN ("does not apply") in the reward's columns instead of stopping the run. The batch call failed,
+  gets 0.0 / NaN ("does not apply") in the reward's columns instead of stopping the run. If the batch call failed,
   the batch is re-scored one sample at a time so only the failing samples get the fallback. Failed samples,
   timeouts and worker restarts are counted into ``stats`` (``reward_errors/<name>``, ``reward_timeouts/<name>``,
   ``reward_worker_restarts/<name>``); each reward's first failure is logged once, with its traceback, on the
@@ -33,7 +36,8 @@ Failures, hangs and crashes (per reward: ``on_error``, ``isolation``, ``timeout_
   (:mod:`grove.rewards.reward_workers`), so a segfault or ``os._exit`` kills only the worker (restarted for the
   next call), and ``timeout_s`` can cut a hanging call off (the worker is killed). A batch call that timed out
   fails as a whole (its samples are not re-run one by one: a hang would cost ``timeout_s`` per sample); a batch
-  call that raised or crashed the worker is re-scored sample by sample in the worker, each call with the limit.
+  call that raised or crashed the worker is re-scored sample by sample in the worker, each call with the limit
+  (with ``on_error: raise`` up to the first failing sample, which the error names).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ from grove.rewards.reward_workers import (
     RewardWorkerStartError,
 )
 from grove.rewards.values import RewardValueError, value_rows
+from grove.user_code import user_code
 
 _PREVIEW_CHARS = 200
 
@@ -82,17 +87,19 @@ def _preview(value: Any, limit: int = _PREVIEW_CHARS) -> str:
     return repr(text)
 
 
-def _sample_detail(prompts: Sequence[Any], completions: Sequence[str], i: int) -> str:
+def sample_detail(prompts: Sequence[Any], completions: Sequence[str], i: int) -> str:
+    """``prompt='…', completion='…'`` of sample ``i``, each truncated, for error messages naming a sample."""
     return f"prompt={_preview(prompts[i])}, completion={_preview(completions[i])}"
 
 
 def _call(
     spec: RewardSpec, prompts: Sequence[Any], completions: Sequence[str], columns: Mapping[str, list]
 ) -> Any:
-    if spec.worker is not None:  # isolation: process
+    if spec.worker is not None:  # isolation: process (the worker turns sys.exit into an error the same way)
         kwargs = {"prompts": list(prompts), "completions": list(completions), **columns}
         return spec.worker.call(kwargs, spec.timeout_s)
-    return spec.fn(prompts=list(prompts), completions=list(completions), **columns)
+    with user_code(f"reward {spec.name!r}"):  # sys.exit / KeyboardInterrupt in the reward: a failure like any other
+        return spec.fn(prompts=list(prompts), completions=list(completions), **columns)
 
 
 def _call_one(
@@ -106,6 +113,25 @@ def _describe(error: BaseException) -> str:
     if isinstance(error, RewardWorkerError):  # already "Type: message" / "timed out after ..." / "worker ... died"
         return str(error)
     return f"{type(error).__name__}: {error}"
+
+
+_WORKER_HINT = (
+    " (isolation: process; a fresh worker is started for the next call; set on_error: zero or skip to go on "
+    "without these samples)"
+)
+
+
+def _crashed(error: BaseException) -> bool:
+    """The worker timed out or died (not an exception of the reward's own)."""
+    return isinstance(error, RewardCallTimeout | RewardWorkerDied)
+
+
+def _verb(error: BaseException) -> str:
+    return "failed" if _crashed(error) else "raised"
+
+
+def _hint(error: BaseException) -> str:
+    return _WORKER_HINT if _crashed(error) else ""
 
 
 def _locate_failure(
@@ -131,29 +157,26 @@ def _score_strict(
         values = _call(spec, prompts, completions, cols)
     except RewardWorkerStartError as e:
         raise RewardFunctionError(f"{where}: {e}") from e
-    except (RewardCallTimeout, RewardWorkerDied) as e:
-        raise RewardFunctionError(
-            f"{where} failed on the batch of {n} samples: {e} (isolation: process; a fresh worker is started for "
-            f"the next call; set on_error: zero or skip to go on without these samples)"
-        ) from e
-    except Exception as batch_error:
+    except RewardCallTimeout as e:  # not re-run per sample: a hang would cost timeout_s per sample
+        raise RewardFunctionError(f"{where} failed on the batch of {n} samples: {e}{_WORKER_HINT}") from e
+    except Exception as batch_error:  # raised, or the worker died (crash, os._exit): find the first failing sample
         try:
             located = _locate_failure(spec, prompts, completions, cols)
         except RewardWorkerStartError as e:
             raise RewardFunctionError(f"{where}: {e}") from e
         if located is None:
             raise RewardFunctionError(
-                f"{where} raised on the batch of {n} samples (but on no single sample): "
+                f"{where} {_verb(batch_error)} on the batch of {n} samples (but on no single sample): "
                 f"{_describe(batch_error)}; first sample: "
-                f"{_sample_detail(prompts, completions, 0) if n else '(empty batch)'}"
+                f"{sample_detail(prompts, completions, 0) if n else '(empty batch)'}{_hint(batch_error)}"
             ) from batch_error
         i, error = located
         raise RewardFunctionError(
-            f"{where} raised on sample {i}: {_describe(error)}; "
-            f"{_sample_detail(prompts, completions, i)}"
+            f"{where} {_verb(error)} on sample {i}: {_describe(error)}; "
+            f"{sample_detail(prompts, completions, i)}{_hint(error)}"
         ) from error
     try:
-        return value_rows(values, n, spec.objectives, lambda i: _sample_detail(prompts, completions, i), spec.unselected)
+        return value_rows(values, n, spec.objectives, lambda i: sample_detail(prompts, completions, i), spec.unselected)
     except RewardValueError as e:
         raise RewardFunctionError(f"{where} {e}") from None
 
@@ -194,7 +217,7 @@ def _score_each(
     """Re-score one sample per call (in the worker under isolation, each call with the time limit)."""
     rows = []
     for i in range(len(completions)):
-        detail = _sample_detail(prompts, completions, i)
+        detail = sample_detail(prompts, completions, i)
         try:
             rows.append(_value_row(spec, _call_one(spec, prompts, completions, cols, i), detail))
         except RewardWorkerStartError:
@@ -203,7 +226,7 @@ def _score_each(
             failures.add(i, str(e).replace("for sample 0:", f"for sample {i}:", 1))
             rows.append(list(fallback))
         except Exception as e:  # noqa: BLE001 - on_error zero/skip: the sample gets the fallback
-            failures.add(i, f"raised on sample {i}: {_describe(e)}; {detail}", e)
+            failures.add(i, f"{_verb(e)} on sample {i}: {_describe(e)}; {detail}", e)
             rows.append(list(fallback))
     return rows
 
@@ -229,7 +252,7 @@ def _score_tolerant(
             return _score_each(spec, prompts, completions, cols, fallback, failures), failures
         try:
             return value_rows(
-                values, n, spec.objectives, lambda i: _sample_detail(prompts, completions, i), spec.unselected
+                values, n, spec.objectives, lambda i: sample_detail(prompts, completions, i), spec.unselected
             ), failures
         except RewardValueError:
             pass
@@ -239,7 +262,7 @@ def _score_tolerant(
         rows = []
         for i, value in enumerate(listed):  # only the bad values fail
             try:
-                rows.append(_value_row(spec, [value], _sample_detail(prompts, completions, i)))
+                rows.append(_value_row(spec, [value], sample_detail(prompts, completions, i)))
             except RewardValueError as e:
                 failures.add(i, str(e).replace("for sample 0:", f"for sample {i}:", 1))
                 rows.append(list(fallback))
@@ -295,11 +318,12 @@ def compute_rewards(
     Raises:
         ValueError: misaligned inputs (prompt/column lengths differ from ``len(completions)``) or a
             column named ``prompts``/``completions``.
-        RewardFunctionError: with ``on_error: raise``, a reward raised (the batch is then re-scored one sample
-            at a time to name the first failing sample; a reward that fails only on the whole batch is reported
-            as such), returned the wrong number of values, or returned a non-number / NaN / inf; under
-            isolation, its call timed out or its worker died. Whatever ``on_error``, a worker that cannot load
-            the reward.
+        RewardFunctionError: with ``on_error: raise``, a reward raised or called ``sys.exit`` (the batch is then
+            re-scored one sample at a time to name the first failing sample; a reward that fails only on the
+            whole batch is reported as such), returned the wrong number of values, or returned a non-number /
+            NaN / inf / a value beyond float32; under isolation, its call timed out or its worker died (on a
+            sample the message names). Whatever ``on_error``, a worker that cannot load the reward.
+        KeyboardInterrupt: raised by a reward outside grove's stop-signal handlers (it may be the user's Ctrl-C).
     """
     n = len(completions)
     if len(prompts) != n:

@@ -3,7 +3,9 @@
 A single-objective reward returns one number (or ``None``) per sample. A multi-objective reward (one that
 declares its objective names) returns, per sample, either a dict ``{objective: number | None}`` (a missing
 key means the objective does not apply) or a row of ``k`` numbers in the declared order — i.e. a list of
-dicts, a list of lists, or an ``[n, k]`` array/tensor. ``None`` becomes NaN; NaN and ±inf are rejected.
+dicts, a list of lists, or an ``[n, k]`` array/tensor. ``None`` becomes NaN; NaN and ±inf are rejected, and so is
+a value whose magnitude exceeds :data:`FLOAT32_MAX` (finite in Python's float64, it would be ±inf in the float32
+reward matrix).
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["RewardValueError", "dataset_column", "to_float", "value_rows"]
+__all__ = ["FLOAT32_MAX", "RewardValueError", "dataset_column", "to_float", "value_rows"]
+
+#: the largest finite float32 (``torch.finfo(torch.float32).max``): the reward matrix is float32
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 class RewardValueError(ValueError):
@@ -26,9 +31,20 @@ def to_float(value: Any) -> float | None:
         return None
     if isinstance(value, str | bytes) or not (isinstance(value, numbers.Real) or hasattr(value, "__float__")):
         raise TypeError(f"reward values must be numbers or None, got {type(value).__name__} {value!r}")
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:  # an int beyond float64, e.g. 2**1024
+        raise ValueError(
+            f"reward value ({type(value).__name__}, magnitude ≥ 2**1024) overflows float32 (the reward matrix's "
+            f"type); scale the reward down"
+        ) from None
     if not math.isfinite(out):
         raise ValueError(f"reward value {out} is not finite (return None for 'does not apply')")
+    if abs(out) > FLOAT32_MAX:
+        raise ValueError(
+            f"reward value {out:g} overflows float32 (the reward matrix's type; largest magnitude "
+            f"{FLOAT32_MAX:.4g}): it would become {'+' if out > 0 else '-'}inf; scale the reward down"
+        )
     return out
 
 
