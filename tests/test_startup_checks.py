@@ -70,6 +70,8 @@ MISTAKES = {
         ["model.lora.target_modules", "no_such_proj", "q_proj"],
     ),
     "group of one": (["train.completions_per_prompt=1"], ["train.completions_per_prompt: 1", "'grpo'"]),
+    "every weight zero": (["rewards=[{id: answer_match, weight: 0}]"], ["every reward and objective has weight 0"]),
+    "reward module exits on import": (["rewards=[{id: 'exits_on_import:reward'}]"], ["rewards.0", "sys.exit(0)"]),
 }
 
 

@@ -64,6 +64,8 @@ def _user_message(exc: Exception) -> str:
 
     text = str(exc)
     cause = exc.__cause__
+    while cause is not None and cause.__cause__ is not None and cause.__cause__.__traceback__ is not None:
+        cause = cause.__cause__  # e.g. the SystemExit behind a UserCodeExit: the user's own line
     if isinstance(exc, RewardFunctionError) and cause is not None and cause.__traceback__ is not None:
         frame = traceback.extract_tb(cause.__traceback__)[-1]
         text += f" (raised at {frame.filename}:{frame.lineno}, in {frame.name})"

@@ -151,8 +151,13 @@ def import_callable(path: str, what: str, error: type[Exception] = ValueError) -
     module_name, _, attr_path = path.partition(":")
     if not module_name or not attr_path:
         raise error(f"{what} import path {path!r} must look like 'package.module:function'")
+    from grove.user_code import UserCodeExit, user_code
+
     try:
-        module = importlib.import_module(module_name)
+        with user_code(f"importing module {module_name!r} for {what} {path!r}"):
+            module = importlib.import_module(module_name)
+    except UserCodeExit as e:
+        raise error(str(e)) from e
     except ModuleNotFoundError as e:
         if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
             raise error(

@@ -81,6 +81,14 @@ def _check_rewards(cfg: GroveConfig) -> None:
             f"rewards: reward/objective names must be unique, got {columns}; give a reward a distinct 'name' or "
             f"restrict its 'objectives'"
         )
+    weights = [
+        r.weight * (r.objective_weights or {}).get(name, 1.0) for r in cfg.rewards for name in reward_column_names(r)
+    ]
+    if cfg.source_id == "completions" and not any(weights) and not cfg.algorithm.overlong.soft_penalty:
+        raise ValueError(
+            "rewards: every reward and objective has weight 0 (logged only), so no sample could be scored; give at "
+            "least one a non-zero weight"
+        )
     if cfg.eval.accuracy_reward is not None and cfg.eval.accuracy_reward not in columns:
         raise ValueError(
             f"eval.accuracy_reward: {cfg.eval.accuracy_reward!r} is not a reward or objective name; names: {columns}"
