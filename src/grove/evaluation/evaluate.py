@@ -62,8 +62,10 @@ def evaluate(
     batch_size: int = 64,
     prompt_overflow: str = "error",
     max_new_tokens_key: str = "rollout.max_new_tokens",
+    when: str = "in evaluation",
 ) -> EvalResult:
-    """Greedy-decode every example once and score it with every reward.
+    """Greedy-decode every example once and score it with every reward (``when`` says which evaluation, in a
+    reward's error messages).
 
     ``accuracy`` names the reward (or objective) column whose value 1.0 counts as correct. Every column's
     mean over the samples it applies to is reported as ``objective/<name>`` (with ``objective/<name>/n``).
@@ -94,7 +96,7 @@ def evaluate(
         truncated += cut
         out = engine.generate(ids, 1, sampling, generator)
         prompts = [e.prompt_text for e in chunk]
-        values = compute_rewards(rewards, prompts, out.texts, columns_for_rewards(chunk), step=-1)
+        values = compute_rewards(rewards, prompts, out.texts, columns_for_rewards(chunk), step=-1, when=when)
         matrices.append(values)
         lengths += int(out.response_mask.sum())
         correct = (torch.nan_to_num(values[:, column], nan=0.0) >= 1.0).tolist()
@@ -140,11 +142,19 @@ def objective_means(matrix: torch.Tensor, names: Sequence[str]) -> dict[str, flo
     return out
 
 
-def evaluate_config(engine: RolloutEngine, tokenizer, cfg, rewards: Sequence[RewardSpec], examples: Sequence[Example]) -> EvalResult:
+def evaluate_config(
+    engine: RolloutEngine,
+    tokenizer,
+    cfg,
+    rewards: Sequence[RewardSpec],
+    examples: Sequence[Example],
+    training_step: int | None = None,
+) -> EvalResult:
     """:func:`evaluate` with every setting taken from a :class:`grove.config.GroveConfig`.
 
     The accuracy column is ``eval.accuracy_reward`` (default: the first reward's first objective);
-    generation runs under the configured ``train.precision``.
+    generation runs under the configured ``train.precision``. ``training_step``: the step a training run has
+    reached (0: before training; ``None``: outside a training run), for messages.
     """
     accuracy = cfg.eval.accuracy_reward or reward_columns(rewards)[0][0]
     with autocast(cfg.train.precision):
@@ -161,4 +171,12 @@ def evaluate_config(engine: RolloutEngine, tokenizer, cfg, rewards: Sequence[Rew
             batch_size=cfg.eval.batch_size,
             prompt_overflow=cfg.rollout.prompt_overflow,
             max_new_tokens_key="eval.max_new_tokens" if cfg.eval.max_new_tokens else "rollout.max_new_tokens",
+            when=evaluation_moment(training_step),
         )
+
+
+def evaluation_moment(training_step: int | None) -> str:
+    """How messages name an evaluation: before training, after step N, or outside a training run."""
+    if training_step is None:
+        return "in evaluation"
+    return "in the evaluation before training" if training_step == 0 else f"in the evaluation after step {training_step}"

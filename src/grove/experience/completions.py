@@ -146,10 +146,10 @@ class CompletionSource:
         ]
         return exp.with_samples(samples)
 
-    def evaluate(self) -> EvalResult:
+    def evaluate(self, step: int | None = None) -> EvalResult:
         cfg = self.ctx.cfg
         examples = list(self.task.eval)[: cfg.eval.max_examples]
-        return evaluate_config(self.ctx.engine, self.ctx.tokenizer, cfg, self.rewards, examples)
+        return evaluate_config(self.ctx.engine, self.ctx.tokenizer, cfg, self.rewards, examples, training_step=step)
 
     def state_dict(self) -> dict[str, Any]:
         return self.sampler.state_dict()

@@ -298,6 +298,7 @@ def compute_rewards(
     columns: Mapping[str, Sequence[Any]],
     *,
     step: int,
+    when: str | None = None,
     stats: dict[str, float] | None = None,
     skipped: set[int] | None = None,
 ) -> torch.Tensor:
@@ -308,6 +309,8 @@ def compute_rewards(
     worker process under ``isolation: process``).
 
     Args:
+        step: the training step, for messages (``"reward 'x' at step 3"``).
+        when: says when instead, for scoring outside a training step (e.g. ``"in the evaluation before training"``).
         stats: when given, per reward with a non-default ``on_error`` or ``isolation``, this call's counts are
             added to ``reward_errors/<name>`` (samples that got the ``on_error`` fallback),
             ``reward_timeouts/<name>`` (calls cut off by ``timeout_s``) and, under isolation,
@@ -339,7 +342,7 @@ def compute_rewards(
 
     columns_out: list[list[list[float]]] = []
     for spec in specs:
-        where = f"reward {spec.name!r} at step {step}"
+        where = f"reward {spec.name!r} {when or f'at step {step}'}"
         if not spec.tolerant:  # today's path: the reward runs here and any failure stops the run
             columns_out.append(_score_strict(spec, prompts, completions, cols, where))
             continue
