@@ -51,12 +51,24 @@ class EnvConfig(Section):
         "observation texts have a difflib similarity ratio ≥ it (greedy clustering, O(n²) per group).",
     )
     max_context_tokens: int = Field(
-        4096, ge=16, description="conversation prompts: an episode whose context would exceed this ends (truncated)."
+        4096,
+        ge=16,
+        description="conversation prompts: the most tokens a conversation's context (plus rollout.max_new_tokens) may "
+        "hold; the model's context length applies too when smaller. Past it: env.prompt_overflow.",
+    )
+    prompt_overflow: Literal["end", "truncate_observation"] = Field(
+        "end",
+        description="A turn's context that would not fit the model's context (or env.max_context_tokens) with "
+        "rollout.max_new_tokens: 'end' ends the trajectory there as truncated (counted in context_overflow_trajectories, "
+        "warned once); 'truncate_observation' keeps the end of the observation that fits (after a '[…]' mark; "
+        "per_step prompts leave out old history first when needed) and ends the trajectory only when nothing fits.",
     )
     step_timeout_s: float | None = Field(
         None,
         gt=0,
         description="Seconds an environment's reset or step may take; a slower call ends that trajectory as an "
-        "environment error (counted like an exception) and the run goes on. The call runs in a worker thread, which "
-        "cannot be killed: a hung environment keeps its thread until it returns. null: no limit, called directly.",
+        "environment error (counted like an exception) and the run goes on. The environment copies' calls of a turn "
+        "then run concurrently, one worker thread per copy (a turn with several hung copies costs one timeout); a "
+        "thread cannot be killed: a hung environment keeps its thread until it returns. null: no limit, called "
+        "directly, one after another.",
     )

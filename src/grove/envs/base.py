@@ -9,6 +9,11 @@ as factories ``fn(params) -> EnvironmentSuite``; user environments are found by 
 The **anchor key** of an observation is the exact canonical environment state (hashable; equal keys mean
 the same state whatever history led there). GiGPO ("Group-in-Group Policy Optimization for LLM Agent
 Training") groups the actions taken from equal anchor keys within a group to compute step advantages.
+
+The rollout checks what ``reset`` and ``step`` return before using it (:mod:`grove.experience.step_results`): a
+result of another type (an observation that is a ``str``, ``done="no"``, ``info=None``, gymnasium's 5-tuple) ends
+that copy's trajectory as an environment error, as an exception, a ``sys.exit`` or a hang past
+``env.step_timeout_s`` do; the run goes on (docs/environments.md, "When an environment misbehaves").
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ class Observation:
       TextWorld facts, the Sokoban grid text);
     * ``admissible_actions``: the valid commands in this state, when the environment knows them
       (shown to the model and used by the ``admissible`` action parser); ``None`` when it does not.
+
+    An observation longer than the model's context ends its trajectory, or keeps its end
+    (``env.prompt_overflow``).
     """
 
     text: str
@@ -39,7 +47,8 @@ class Observation:
 class Transition(NamedTuple):
     """``env.step(action)``'s result; unpacks as ``observation, reward, done, info``.
 
-    ``info`` may carry ``"won": bool`` (the episode succeeded; success rate is read from it),
+    ``reward`` is a finite real number (a bool, int, float or numpy scalar), ``done`` a bool (numpy's too; never a
+    string or a number), ``info`` a mapping. ``info`` may carry ``"won": bool`` (the episode succeeded; success rate is read from it),
     ``"lost": bool`` and anything else the environment wants logged.
     """
 

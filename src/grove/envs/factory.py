@@ -12,6 +12,9 @@ Bad parameters raise ``ValueError`` naming the offending fields and the paramete
 
 A factory that declares a keyword parameter ``tokenizer`` gets the policy's tokenizer (or ``None`` when
 there is none, e.g. in a unit test): environments that budget their observations in tokens use it.
+
+A factory that calls ``sys.exit`` (or raises ``KeyboardInterrupt`` while grove handles the stop signals) does not
+end the process silently: it raises :class:`grove.user_code.UserCodeExit` naming the environment.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from grove.envs.base import EnvironmentSuite
 from grove.registry import ENVIRONMENTS, import_callable
+from grove.user_code import user_code
 
 __all__ = ["build_environment", "import_factory"]
 
@@ -60,13 +64,15 @@ def _validate(model: type[BaseModel], params: Mapping[str, Any], name: str) -> B
         raise ValueError(f"environment {name!r}: {problems}. Parameters it takes: {allowed}") from None
 
 
-def _call(fn: Callable[..., Any], params: Any, tokenizer: Any) -> Any:
-    """``fn(params)``, plus ``tokenizer=`` when ``fn`` declares that keyword."""
+def _call(fn: Callable[..., Any], params: Any, tokenizer: Any, name: str) -> Any:
+    """``fn(params)``, plus ``tokenizer=`` when ``fn`` declares that keyword; a ``sys.exit`` in it raises
+    :class:`grove.user_code.UserCodeExit` naming the environment ``name``."""
     try:
         takes_tokenizer = "tokenizer" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         takes_tokenizer = False
-    return fn(params, tokenizer=tokenizer) if takes_tokenizer else fn(params)
+    with user_code(f"environment {name!r} factory"):
+        return fn(params, tokenizer=tokenizer) if takes_tokenizer else fn(params)
 
 
 def build_environment(
@@ -77,12 +83,13 @@ def build_environment(
     Raises:
         ValueError: unknown id (with the closest known one), unimportable path, invalid parameters (naming the
             fields), or a factory that does not return an ``EnvironmentSuite``.
+        UserCodeExit: the factory called ``sys.exit`` instead of returning.
     """
     params = dict(params or {})
     if ":" in id_or_path:
         fn = import_factory(id_or_path)
         model = _params_model(fn)
-        suite = _call(fn, _validate(model, params, id_or_path) if model is not None else params, tokenizer)
+        suite = _call(fn, _validate(model, params, id_or_path) if model is not None else params, tokenizer, id_or_path)
     else:
         if id_or_path not in ENVIRONMENTS:
             close = difflib.get_close_matches(id_or_path, ENVIRONMENTS.ids(), n=1)
@@ -92,7 +99,7 @@ def build_environment(
                 "environment is given by import path, 'package.module:factory'"
             )
         entry = ENVIRONMENTS.entry(id_or_path)
-        suite = _call(entry.fn, _validate(entry.params, params, id_or_path), tokenizer)
+        suite = _call(entry.fn, _validate(entry.params, params, id_or_path), tokenizer, id_or_path)
     if not isinstance(suite, EnvironmentSuite):
         raise ValueError(
             f"environment {id_or_path!r} returned {type(suite).__name__}, not an EnvironmentSuite"

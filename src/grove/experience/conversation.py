@@ -14,6 +14,11 @@ a template that rewrites past turns), the sample ends there and a new sample sta
 conversation as its prompt, instead of silently training on tokens that differ from the sampled ones
 (prime-rl's and AReaL's exact-prefix rule). Each sample's response therefore holds, for every turn it
 covers, the sampled ids and their sampling log-probs, with the environment ids in between.
+
+The context may hold ``env.max_context_tokens`` or the model's context length, whichever is smaller, less
+``max_new_tokens`` (:mod:`grove.experience.context_budget`). An observation that would take the conversation past
+it is not appended (its tokens never reach a sample) and the trajectory ends there; with ``truncate_observation``
+the observation keeps the end that fits instead, and the trajectory ends only when not even that does.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from grove.envs.base import Observation
+from grove.experience.context_budget import ContextBudget, ContextOverflow, cut_to_fit
 from grove.experience.episodes import SampleTokens, Turn
 from grove.experience.per_step_prompts import render_observation
 
@@ -36,22 +42,27 @@ class ConversationPrompter:
         show_admissible: bool,
         max_context_tokens: int,
         max_new_tokens: int,
+        budget: ContextBudget | None = None,
     ) -> None:
+        """``budget``: the context limit (:meth:`ContextBudget.of` with ``max_context_tokens``); by default
+        ``max_context_tokens`` less ``max_new_tokens``, the model's context length unknown."""
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("env.prompt: conversation needs a tokenizer with a chat template")
         self.tokenizer = tokenizer
         self.show_admissible = show_admissible
-        self.max_context_tokens = max_context_tokens
-        self.max_new_tokens = max_new_tokens
+        self.budget = budget or ContextBudget.of(None, max_new_tokens, max_context_tokens=max_context_tokens)
         self.messages: list[dict[str, str]] = [{"role": "system", "content": instructions}]
         self.tokens: list[int] = []
         self.current: SampleTokens | None = None
         self._samples: list[SampleTokens] = []
         self.eos_ids = _eos_ids(tokenizer)
         self.prefix_breaks = 0  # samples started because the rendering did not extend the tokens
+        self.overflow: ContextOverflow | None = None
 
-    def _render(self) -> list[int]:
-        text = self.tokenizer.apply_chat_template(self.messages, tokenize=False, add_generation_prompt=True)
+    def _render(self, messages: list[dict[str, str]] | None = None) -> list[int]:
+        text = self.tokenizer.apply_chat_template(
+            self.messages if messages is None else messages, tokenize=False, add_generation_prompt=True
+        )
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _start_sample(self, prompt: list[int]) -> None:
@@ -59,12 +70,43 @@ class ConversationPrompter:
         self._samples.append(self.current)
         self.tokens = list(prompt)
 
+    def _with_observation(self, observation: Observation) -> list[int] | None:
+        """The conversation rendered with ``observation`` as the next user message (appended), or ``None`` (and
+        :attr:`overflow` set, nothing appended) when it would not fit."""
+        text = render_observation(observation, self.show_admissible)
+        rendered = self._render([*self.messages, {"role": "user", "content": text}])
+        if not self.budget.fits(len(rendered)):
+            fitted = None
+            if self.budget.overflow == "truncate_observation":
+                fitted = cut_to_fit(
+                    self.tokenizer, observation.text.strip(), self.budget.limit,
+                    lambda shown: self._render([
+                        *self.messages,
+                        {"role": "user", "content": render_observation(observation, self.show_admissible, shown)},
+                    ]),
+                )
+            if fitted is None:
+                self.overflow = self.budget.overflow_of(
+                    len(rendered),
+                    "The conversation so far leaves no room even for the end of the next observation "
+                    "(env.prompt_overflow: truncate_observation): a conversation ends when its context is full",
+                )
+                return None
+            rendered, shown = fitted
+            text = render_observation(observation, self.show_admissible, shown)
+        self.messages.append({"role": "user", "content": text})
+        return rendered
+
     def begin(self, observation: Observation) -> None:
-        self.messages.append({"role": "user", "content": render_observation(observation, self.show_admissible)})
-        self._start_sample(self._render())
+        rendered = self._with_observation(observation)
+        if rendered is not None:
+            self._start_sample(rendered)
 
     def context(self) -> list[int] | None:
-        if len(self.tokens) + self.max_new_tokens > self.max_context_tokens:
+        if self.overflow is not None:
+            return None
+        if not self.budget.fits(len(self.tokens)):
+            self.overflow = self.budget.overflow_of(len(self.tokens))
             return None
         return self.tokens
 
@@ -80,8 +122,9 @@ class ConversationPrompter:
         self.messages.append({"role": "assistant", "content": self._message_text(turn.action_ids)})
         if next_observation is None:
             return
-        self.messages.append({"role": "user", "content": render_observation(next_observation, self.show_admissible)})
-        rendered = self._render()
+        rendered = self._with_observation(next_observation)
+        if rendered is None:
+            return
         if rendered[: len(self.tokens)] == self.tokens:
             self.current.append(rendered[len(self.tokens) :], None, -1)
             self.tokens = rendered

@@ -29,7 +29,9 @@ from grove.envs import build_environment
 from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import AccuracyReport
 from grove.experience.completions import rollout_sampling
+from grove.experience.context_budget import ContextBudget
 from grove.experience.conversation import ConversationPrompter
+from grove.experience.env_failures import EnvironmentFailedError
 from grove.experience.episode_metrics import (
     anchor_metrics,
     environment_summary,
@@ -45,6 +47,7 @@ from grove.experience.trajectory_batch import trajectories_to_batch
 from grove.infra.precision import autocast
 from grove.pipeline.collect import kl_penalised_scores, with_advantages, with_reference_logprobs
 from grove.registry import ACTION_PARSERS, EXPERIENCE_SOURCES
+from grove.rollout.engine import PromptTooLongError, context_length
 
 __all__ = ["EnvironmentSource"]
 
@@ -59,6 +62,8 @@ class EnvironmentSource:
         self.ctx = ctx
         self.env_cfg = cfg.env
         self.suite = build_environment(cfg.env.id, cfg.env.params, tokenizer=ctx.tokenizer)
+        # the most tokens a turn's context and answer may have (None: unknown); read here, from the engine's model
+        self.model_context = context_length(getattr(ctx.engine, "model", None), ctx.tokenizer)
         parser = ACTION_PARSERS.get(cfg.env.action_parser.id)
         parser_params = cfg.env.action_parser.validated(ACTION_PARSERS)
         self.parse = lambda text, obs: parser(text, obs, parser_params)
@@ -87,6 +92,9 @@ class EnvironmentSource:
                 show_admissible=e.show_admissible_actions,
                 max_context_tokens=e.max_context_tokens,
                 max_new_tokens=max_new_tokens,
+                budget=ContextBudget.of(
+                    self.model_context, max_new_tokens, e.prompt_overflow, max_context_tokens=e.max_context_tokens
+                ),
             )
         return PerStepPrompter(
             self.ctx.tokenizer,
@@ -95,6 +103,7 @@ class EnvironmentSource:
             show_admissible=e.show_admissible_actions,
             max_turns=e.max_turns,
             use_chat_template=cfg.rollout.use_chat_template,
+            budget=ContextBudget.of(self.model_context, max_new_tokens, e.prompt_overflow),
         )
 
     def play(
@@ -153,7 +162,7 @@ class EnvironmentSource:
             filled = len(fill)
             kept.extend(t for t in rest if t.group in set(fill))
         kept = [t for t in _renumber_groups(kept) if t.group < groups]
-
+        _require_a_turn(kept, step, self.suite.name)
         batch, scores = trajectories_to_batch(
             kept,
             self.group_size,
@@ -262,6 +271,29 @@ class EnvironmentSource:
         self.sampler.load_state_dict(state)
         if seeds is not None:  # checkpoints from before the shared seed stream keep a fresh one
             self.start_seeds.set_state(seeds)
+
+
+def _require_a_turn(trajectories: list[Trajectory], step: int, env_name: str) -> None:
+    """A step needs one turn to train on. When no episode took one, say why instead of training on nothing:
+    every context was too long for the model (:class:`PromptTooLongError`), or every environment copy failed
+    (:class:`EnvironmentFailedError`)."""
+    if not trajectories or any(t.samples for t in trajectories):
+        return
+    overflows = [t.overflow for t in trajectories if t.overflow is not None]
+    if overflows:
+        first = overflows[0]
+        raise PromptTooLongError(
+            f"environment {env_name!r}: no episode of step {step} could take a turn: {len(overflows)} of "
+            f"{len(trajectories)} contexts did not fit (the first is {first.tokens} tokens, more than the {first.limit} "
+            f"that {first.budget} leaves). Shorten the environment's instructions or observations, lower "
+            "rollout.max_new_tokens or env.history, or use a model with a longer context"
+        )
+    failed = next((t for t in trajectories if t.failed), None)
+    raise EnvironmentFailedError(
+        f"environment {env_name!r}: no episode of step {step} could take a turn: every one of the "
+        f"{len(trajectories)} failed" + (f" (the first: {failed.error})" if failed is not None else "")
+        + "; the warnings above hold the environment's traceback"
+    )
 
 
 def _informative(trajectories: list[Trajectory]) -> list[bool]:

@@ -8,7 +8,10 @@ import torch
 
 from grove.batch import RolloutBatch
 from grove.envs.base import EnvironmentSuite, EpisodeRecord
+from grove.experience.env_failures import ERROR_KINDS
 from grove.experience.episodes import EpisodeRun, Trajectory
+from grove.experience.step_results import checked_summary
+from grove.user_code import user_code
 
 __all__ = [
     "ANCHOR_SIZE_BINS",
@@ -60,8 +63,10 @@ def anchor_metrics(batch: RolloutBatch) -> dict[str, float]:
 
 
 def rollout_timing(runs: Sequence[EpisodeRun]) -> dict[str, float]:
-    """Generation and environment time of a step's rounds of episodes, environment steps/s, errors, and the
-    share of the turns' context tokens whose keys and values were reused instead of prefilled."""
+    """Generation and environment time of a step's rounds of episodes, environment steps/s, the environment's
+    failures (in all, and per kind: ``environment_errors/raised``, ``exited``, ``timeout``, ``malformed``), the
+    trajectories ended because their context would not fit, and the share of the turns' context tokens whose keys
+    and values were reused instead of prefilled."""
     env_seconds = sum(r.environment_seconds for r in runs)
     return {
         "prompt_tokens_reused_fraction": sum(r.prompt_tokens_reused for r in runs)
@@ -70,6 +75,8 @@ def rollout_timing(runs: Sequence[EpisodeRun]) -> dict[str, float]:
         "environment_seconds": env_seconds,
         "environment_steps_per_second": sum(r.environment_steps for r in runs) / max(env_seconds, 1e-9),
         "environment_errors": float(sum(r.errors for r in runs)),
+        **{f"environment_errors/{kind}": float(sum(r.error_kinds.get(kind, 0) for r in runs)) for kind in ERROR_KINDS},
+        "context_overflow_trajectories": float(sum(r.context_overflows for r in runs)),
     }
 
 
@@ -80,7 +87,10 @@ def mask_coverage(batch: RolloutBatch) -> dict[str, float]:
 
 
 def environment_summary(suite: EnvironmentSuite, trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """The environment's own metrics of these episodes (its ``summarize`` hook), ``{}`` when it has none."""
+    """The environment's own metrics of these episodes (its ``summarize`` hook), ``{}`` when it has none. A hook
+    that calls ``sys.exit`` stops the run with a :class:`grove.user_code.UserCodeExit`, one that returns anything
+    but a mapping of names to numbers with a
+    :class:`grove.experience.step_results.MalformedEnvironmentResult`, each naming the environment."""
     if suite.summarize is None or not trajectories:
         return {}
     records = [
@@ -93,4 +103,6 @@ def environment_summary(suite: EnvironmentSuite, trajectories: Sequence[Trajecto
         )
         for t in trajectories
     ]
-    return {k: float(v) for k, v in suite.summarize(records).items()}
+    with user_code(f"environment {suite.name!r} summarize"):
+        summary = suite.summarize(records)
+    return checked_summary(summary, f"environment {suite.name!r} summarize")

@@ -6,31 +6,29 @@ finished ones). The model's text is parsed into an action (:mod:`grove.envs.acti
 does not step the environment (the state, hence the anchor, stays) and is charged the configured penalty.
 A well-formed action the environment itself rejects (it returns ``info["invalid_action"] = True``, e.g.
 an unknown knowledge base) is charged the same penalty and counted as invalid too.
-An environment that raises, in ``reset`` or ``step``, ends its own trajectory as failed; the error is
-counted and its traceback logged once per (environment, exception type); the other episodes go on.
-With ``step_timeout_s`` (``env.step_timeout_s``) a ``reset`` or ``step`` that does not return in time ends its
-trajectory the same way (:class:`EnvironmentTimeout`). The calls then run in one reusable daemon worker thread
-per :func:`run_episodes` call, waited for with a time limit; a thread cannot be killed, so a timed-out call is
-abandoned with its thread (which lives on until the call returns, or until the process exits) and later calls
-get a fresh thread. (Not a ``ThreadPoolExecutor``: its threads are joined at interpreter exit, so one hung
-environment would keep the trainer from exiting.) Code that must run in the main thread (``signal.alarm``)
-cannot be used inside an environment with a step timeout.
+
+A user's environment cannot end the run: one that raises, calls ``sys.exit``, hangs past ``step_timeout_s``
+(``env.step_timeout_s``) or returns a malformed result (:mod:`grove.experience.step_results`), in ``make``,
+``reset`` or ``step``, ends its own trajectory as failed; the failure is counted by kind and logged once
+(:mod:`grove.experience.env_failures`); the other episodes go on. With a timeout the turn's calls run
+concurrently, one worker thread per environment copy (:mod:`grove.experience.env_calls`); without one they
+are made directly, in this thread. Either way the results are used in trajectory order, so the episodes do
+not depend on the threads' timing.
 
 How the model's context is built and which tokens become training samples is the job of a
 :class:`Prompter` (one per trajectory): per-step prompts (:mod:`grove.experience.per_step_prompts`) or one
-growing token-exact conversation (:mod:`grove.experience.conversation`).
+growing token-exact conversation (:mod:`grove.experience.conversation`). A context that would not fit the
+model's context (or ``env.max_context_tokens``) ends its trajectory as truncated at that turn
+(``context_overflow``), warned once per environment; the prompter may instead cut a long observation to its
+end (``env.prompt_overflow: truncate_observation``).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
-import traceback
-import weakref
+from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,9 +36,23 @@ import torch
 
 from grove.envs.actions import ParsedAction
 from grove.envs.base import Environment, Observation
+from grove.experience.context_budget import ContextOverflow
+from grove.experience.env_calls import EnvironmentCalls, EnvironmentTimeout
+from grove.experience.env_failures import ERROR_KINDS, error_kind, report_failure
+from grove.experience.step_results import MalformedEnvironmentResult, checked_observation, checked_transition
 from grove.rollout.engine import RolloutEngine, SamplingParams, reusing_prefixes
+from grove.user_code import user_code
 
-__all__ = ["EnvironmentTimeout", "EpisodeRun", "Prompter", "SampleTokens", "Trajectory", "Turn", "run_episodes"]
+__all__ = [
+    "ContextOverflow",
+    "EnvironmentTimeout",
+    "EpisodeRun",
+    "Prompter",
+    "SampleTokens",
+    "Trajectory",
+    "Turn",
+    "run_episodes",
+]
 
 log = logging.getLogger("grove.experience")
 
@@ -89,10 +101,14 @@ class SampleTokens:
 class Prompter(Protocol):
     """Builds one trajectory's model contexts and cuts its training samples."""
 
+    #: why the last :meth:`context` was ``None`` (``None`` while every context fit)
+    overflow: ContextOverflow | None
+
     def begin(self, observation: Observation) -> None: ...
 
     def context(self) -> list[int] | None:
-        """Token ids to generate the next action from; ``None`` when the context would be too long."""
+        """Token ids to generate the next action from; ``None`` when the context would be too long (then
+        :attr:`overflow` says by how much)."""
         ...
 
     def record(self, turn: Turn, next_observation: Observation | None) -> None:
@@ -111,8 +127,10 @@ class Trajectory:
     turns: list[Turn] = field(default_factory=list)
     won: bool = False
     done: bool = False
-    error: str | None = None  # "ExceptionType: message" when the environment raised
+    error: str | None = None  # "ExceptionType: message" when the environment failed
+    error_kind: str | None = None  # one of env_failures.ERROR_KINDS
     context_overflow: bool = False
+    overflow: ContextOverflow | None = None  # how the context that ended the trajectory did not fit
     samples: list[SampleTokens] = field(default_factory=list)
 
     @property
@@ -139,6 +157,7 @@ class Trajectory:
             "turns": len(self.turns),
             "ended": "error" if self.failed else ("done" if self.done else "truncated"),
             **({"error": self.error} if self.error else {}),
+            **({"context_overflow": True} if self.context_overflow else {}),
             "trajectory": [
                 {
                     "observation": t.observation.text,
@@ -164,76 +183,46 @@ class EpisodeRun:
     errors: int
     prompt_tokens: int = 0  # context tokens of every turn's generate call
     prompt_tokens_reused: int = 0  # of those, taken from the engine's cache (rollout.prefix_reuse)
+    error_kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
+
+    @property
+    def context_overflows(self) -> int:
+        """Trajectories ended because their next context would not fit."""
+        return sum(t.context_overflow for t in self.trajectories)
 
 
-class _ErrorLog:
-    """Logs each (environment, exception type)'s traceback once per process."""
-
-    seen: set[tuple[str, str]] = set()
-
-    @classmethod
-    def report(cls, env_name: str, exc: BaseException, where: str) -> str:
-        key = (env_name, type(exc).__name__)
-        if key not in cls.seen:
-            cls.seen.add(key)
-            log.warning(
-                "environment %s raised in %s; the trajectory ends as failed and the run goes on "
-                "(later errors of this type are only counted):\n%s",
-                env_name, where, "".join(traceback.format_exception(exc)),
-            )
-        return f"{type(exc).__name__}: {exc}"
+_overflow_warned: set[str] = set()
 
 
-class EnvironmentTimeout(TimeoutError):
-    """An environment's ``reset`` or ``step`` did not return within ``env.step_timeout_s``."""
+def _warn_overflow(env_name: str, turn_number: int, overflow: ContextOverflow | None) -> None:
+    """Say once per environment (and process) that a trajectory ended because its context would not fit."""
+    if env_name in _overflow_warned or overflow is None:
+        return
+    _overflow_warned.add(env_name)
+    log.warning(
+        "environment %s: the context of turn %d is %d tokens, more than the %d that %s leaves for it; the trajectory "
+        "ends there as truncated (counted in context_overflow_trajectories; later overflows of this environment are "
+        "only counted)%s",
+        env_name, turn_number + 1, overflow.tokens, overflow.limit, overflow.budget,
+        f". {overflow.hint}" if overflow.hint else "",
+    )
 
 
-def _serve_env_calls(calls: queue.SimpleQueue) -> None:
-    """A worker thread's loop: run ``(future, fn, args)`` items until ``None``."""
-    while (item := calls.get()) is not None:
-        future, fn, args = item
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
-                future.set_exception(exc)
+class _Failures:
+    """An episode run's environment failures: each ends its trajectory, is counted by kind and logged once."""
 
+    def __init__(self, env_name: str) -> None:
+        self.env_name = env_name
+        self.kinds: Counter[str] = Counter(dict.fromkeys(ERROR_KINDS, 0))
 
-class _EnvCalls:
-    """Environment calls with a time limit (``timeout_s``; None: called directly, as without a limit).
+    def fail(self, traj: Trajectory, exc: Exception, where: str) -> None:
+        traj.error = report_failure(self.env_name, exc, where)
+        traj.error_kind = error_kind(exc)
+        self.kinds[traj.error_kind] += 1
 
-    Each call runs in one reusable daemon thread; a call still running after ``timeout_s`` is abandoned with its
-    thread (told to end once the call returns) and :class:`EnvironmentTimeout` is raised; the next call starts a
-    fresh thread."""
-
-    def __init__(self, timeout_s: float | None) -> None:
-        self.timeout_s = timeout_s
-        self._calls: queue.SimpleQueue | None = None
-        self._finalizer: weakref.finalize | None = None
-
-    def __call__(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        if self.timeout_s is None:
-            return fn(*args)
-        if self._calls is None:
-            self._calls = queue.SimpleQueue()
-            threading.Thread(target=_serve_env_calls, args=(self._calls,), name="grove-env-calls", daemon=True).start()
-            self._finalizer = weakref.finalize(self, self._calls.put, None)  # the thread ends with this object
-        future: Future = Future()
-        self._calls.put((future, fn, args))
-        try:
-            return future.result(timeout=self.timeout_s)
-        except TimeoutError:
-            if future.done():  # it finished just now, or the environment raised a TimeoutError of its own
-                return future.result()
-            self.close()  # abandon the hung thread: it ends when (if) the call returns
-            raise EnvironmentTimeout(
-                f"{what} did not return within {self.timeout_s:g} s (env.step_timeout_s); the trajectory ends here"
-            ) from None
-
-    def close(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()  # puts the stop marker, once
-        self._calls = self._finalizer = None
+    @property
+    def total(self) -> int:
+        return sum(self.kinds.values())
 
 
 def run_episodes(
@@ -254,33 +243,68 @@ def run_episodes(
     """Play ``group_size`` episodes from each ``(task_id, seed)`` in ``starts``; group ``g`` is ``starts[g]``.
 
     ``step_timeout_s``: seconds an environment's ``reset`` or ``step`` may take before its trajectory ends as an
-    environment error (None: no limit, the calls are made directly)."""
-    calls = _EnvCalls(step_timeout_s)
-    trajectories: list[Trajectory] = []
+    environment error (None: no limit, the calls are made directly, in this thread; with a limit the copies'
+    calls of one turn run concurrently, one worker thread per copy)."""
+    calls = EnvironmentCalls(env_name, step_timeout_s)
+    try:
+        return _play(
+            engine, make_env, starts, group_size, make_prompter, parse, sampling, generator, calls,
+            max_turns=max_turns, invalid_penalty=invalid_penalty, env_name=env_name,
+        )
+    finally:
+        calls.close()
+
+
+def _play(
+    engine: RolloutEngine,
+    make_env: Callable[[], Environment],
+    starts: Sequence[tuple[int, int]],
+    group_size: int,
+    make_prompter: Callable[[], Prompter],
+    parse: Callable[[str, Observation], ParsedAction],
+    sampling: SamplingParams,
+    generator: torch.Generator,
+    calls: EnvironmentCalls,
+    *,
+    max_turns: int,
+    invalid_penalty: float,
+    env_name: str,
+) -> EpisodeRun:
+    failures = _Failures(env_name)
+    where_reset, where_step = f"environment {env_name!r} reset", f"environment {env_name!r} step"
+    trajectories = [
+        Trajectory(group=g, slot=slot, task_id=task_id, seed=seed)
+        for g, (task_id, seed) in enumerate(starts)
+        for slot in range(group_size)
+    ]
     envs: list[Environment | None] = []
-    prompters: list[Prompter] = []
-    observations: list[Observation | None] = []
-    env_seconds = gen_seconds = 0.0
-    tokens = env_steps = errors = prompt_tokens = reused_tokens = 0
-    for g, (task_id, seed) in enumerate(starts):
-        for slot in range(group_size):
-            traj = Trajectory(group=g, slot=slot, task_id=task_id, seed=seed)
-            t0 = time.perf_counter()
+    t0 = time.perf_counter()
+    for traj in trajectories:  # made in order, in this thread: a suite's `make` may share state between copies
+        try:
+            with user_code(f"environment {env_name!r} make"):
+                envs.append(make_env())
+        except Exception as exc:  # noqa: BLE001 - an environment failure ends only its own trajectory
+            envs.append(None)
+            failures.fail(traj, exc, "make")
+    resets = [(k, "reset", env.reset, (trajectories[k].task_id, trajectories[k].seed))
+              for k, env in enumerate(envs) if env is not None]
+    observations: list[Observation | None] = [None] * len(trajectories)
+    for (k, *_), (obs, exc) in zip(resets, calls.run(resets), strict=True):
+        if exc is None:
             try:
-                env = make_env()
-                obs = calls("reset", env.reset, task_id, seed)
-            except Exception as exc:  # noqa: BLE001 - an environment failure ends only its own trajectory
-                env, obs = None, None
-                traj.error = _ErrorLog.report(env_name, exc, "reset")
-                errors += 1
-            env_seconds += time.perf_counter() - t0
-            prompter = make_prompter()
-            if obs is not None:
-                prompter.begin(obs)
-            trajectories.append(traj)
-            envs.append(env)
-            prompters.append(prompter)
-            observations.append(obs)
+                observations[k] = checked_observation(obs, where_reset)
+            except MalformedEnvironmentResult as malformed:
+                exc = malformed
+        if exc is not None:
+            envs[k] = None
+            failures.fail(trajectories[k], exc, "reset")
+    env_seconds = time.perf_counter() - t0
+    prompters = [make_prompter() for _ in trajectories]
+    for prompter, obs in zip(prompters, observations, strict=True):
+        if obs is not None:
+            prompter.begin(obs)
+    gen_seconds = 0.0
+    tokens = env_steps = prompt_tokens = reused_tokens = 0
 
     active = [k for k, obs in enumerate(observations) if obs is not None]
     with reusing_prefixes(engine):  # the turns share weights: each reuses the previous turn's keys and values
@@ -290,6 +314,8 @@ def run_episodes(
                 ctx = prompters[k].context()
                 if ctx is None:
                     trajectories[k].context_overflow = True
+                    trajectories[k].overflow = prompters[k].overflow
+                    _warn_overflow(env_name, turn_number, prompters[k].overflow)
                 else:
                     contexts.append(ctx)
                     running.append(k)
@@ -303,36 +329,40 @@ def run_episodes(
             lengths = out.response_mask.sum(1).tolist()
             all_ids, all_logprobs = out.response_ids.tolist(), out.logprobs.tolist()  # one conversion per turn
             t0 = time.perf_counter()
+            actions = [parse(out.texts[row], observations[k]) for row, k in enumerate(running)]
+            steps = [(k, "step", envs[k].step, (a.action,)) for k, a in zip(running, actions, strict=True) if a.valid]
+            results = dict(zip((k for k, *_ in steps), calls.run(steps), strict=True))
             still = []
             for row, k in enumerate(running):
-                traj, obs = trajectories[k], observations[k]
+                traj, obs, parsed = trajectories[k], observations[k], actions[row]
                 n = int(lengths[row])
-                ids, lps = all_ids[row][:n], all_logprobs[row][:n]
-                parsed = parse(out.texts[row], obs)
                 reward, done, info, nxt = 0.0, False, {}, obs
-                if parsed.valid:
-                    try:
-                        nxt, reward, done, info = calls("step", envs[k].step, parsed.action)
-                        env_steps += 1
-                    except Exception as exc:  # noqa: BLE001
-                        traj.error = _ErrorLog.report(env_name, exc, "step")
-                        errors += 1
+                if k in results:
+                    value, exc = results[k]
+                    if exc is None:
+                        try:
+                            nxt, reward, done, info = checked_transition(value, where_step)
+                            env_steps += 1
+                        except MalformedEnvironmentResult as malformed:
+                            exc = malformed
+                    if exc is not None:
+                        failures.fail(traj, exc, "step")
                 turn = Turn(
                     observation=obs,
-                    action_ids=ids,
-                    logprobs=lps,
+                    action_ids=all_ids[row][:n],
+                    logprobs=all_logprobs[row][:n],
                     text=out.texts[row],
                     parsed=parsed,
-                    reward=float(reward),
+                    reward=reward,
                     penalty=0.0,
-                    done=bool(done),
+                    done=done,
                     finish_reason=out.finish_reasons[row],
-                    info=dict(info),
+                    info=info,
                 )
                 turn.penalty = invalid_penalty if turn.invalid else 0.0
                 traj.turns.append(turn)
                 traj.won = traj.won or bool(info.get("won", False))
-                traj.done = bool(done)
+                traj.done = done
                 ends = traj.done or traj.failed or turn_number == max_turns - 1
                 prompters[k].record(turn, None if ends else nxt)
                 observations[k] = nxt
@@ -340,7 +370,9 @@ def run_episodes(
                     still.append(k)
             env_seconds += time.perf_counter() - t0
             active = still
-    calls.close()
     for traj, prompter in zip(trajectories, prompters, strict=True):
         traj.samples = prompter.samples() if traj.turns else []
-    return EpisodeRun(trajectories, gen_seconds, env_seconds, tokens, env_steps, errors, prompt_tokens, reused_tokens)
+    return EpisodeRun(
+        trajectories, gen_seconds, env_seconds, tokens, env_steps, failures.total, prompt_tokens, reused_tokens,
+        dict(failures.kinds),
+    )
