@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> dict:
         if args.tiny:
             from grove.models.tiny import create_tiny_model_dir
 
-            overrides.insert(0, f"model.name={create_tiny_model_dir(f'{tmp}/tiny')}")
+            tiny = create_tiny_model_dir(f"{tmp}/tiny", max_position_embeddings=2048)  # agent prompts run past 512
+            overrides.insert(0, f"model.name={tiny}")
         cfg = load_config(args.config, overrides)
         configure_runtime(**cfg.runtime_settings(args.threads))
         torch.manual_seed(cfg.seed)

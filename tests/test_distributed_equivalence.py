@@ -105,7 +105,7 @@ def _launch(processes: int, cases: list[dict], spec: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("distributed")
-    model = create_tiny_model_dir(root / "tiny")
+    model = create_tiny_model_dir(root / "tiny", max_position_embeddings=2048)  # FrozenLake prompts run past 512
     one = [{"overrides": _base(model, root / f"one-{a}", 2) + extra} for a, extra in ALGORITHMS.items()]
     one.append({"overrides": _base(model, root / "one-grpo-3", 3) + ALGORITHMS["grpo"]})
     one.append({"overrides": _base(model, root / "from-one", 2) + ALGORITHMS["grpo"]})

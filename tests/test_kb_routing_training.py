@@ -17,7 +17,8 @@ QUIZ = Path("/usr/share/games/bsdgames/quiz")
 def tiny_model(tmp_path_factory) -> Path:
     from grove.models.tiny import create_tiny_model_dir
 
-    return create_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+    # routing prompts (instructions, question, retrieved passages) run to ~900 tokens
+    return create_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", seed=0, max_position_embeddings=2048)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -45,6 +45,8 @@ def _load(config: Path | None, overrides: list[str] | None) -> GroveConfig:
 def _user_errors() -> tuple[type[Exception], ...]:
     """The exception types that are the user's mistakes (a config, data file, model directory, prompt length or
     reward function): printed as ``error: ...`` with exit code 2. Anything else is a bug and keeps its traceback."""
+    from grove.experience.env_failures import EnvironmentFailedError
+    from grove.experience.step_results import MalformedEnvironmentResult
     from grove.infra.write_failures import RunWriteError
     from grove.models.pretrained import ModelLoadError
     from grove.rewards.scoring import RewardFunctionError, RewardLoadError
@@ -53,7 +55,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from grove.user_code import UserCodeExit
 
     return ConfigError, ModelLoadError, TaskDataError, PromptTooLongError, RewardFunctionError, RewardLoadError, \
-        UserCodeExit, RunWriteError
+        UserCodeExit, RunWriteError, EnvironmentFailedError, MalformedEnvironmentResult
 
 
 def _user_message(exc: Exception) -> str:

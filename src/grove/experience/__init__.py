@@ -6,7 +6,10 @@
   :mod:`~grove.experience.episodes` (the batched turn loop), :mod:`~grove.experience.per_step_prompts` and
   :mod:`~grove.experience.conversation` (the two prompt modes), :mod:`~grove.experience.anchors`
   (anchor groups), :mod:`~grove.experience.trajectory_batch` (trajectories → batch + step table) and
-  :mod:`~grove.experience.episode_metrics`;
+  :mod:`~grove.experience.episode_metrics`; what an environment returns is checked by
+  :mod:`~grove.experience.step_results`, its calls (with a time limit, one thread per copy) made by
+  :mod:`~grove.experience.env_calls`, its failures counted by :mod:`~grove.experience.env_failures`, and each
+  turn's context held to the model's by :mod:`~grove.experience.context_budget`;
 * :mod:`~grove.experience.task_sampler`: the checkpointed order of prompts or tasks.
 """
 

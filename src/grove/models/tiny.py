@@ -85,6 +85,7 @@ def create_tiny_model_dir(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tiny_tokenizer(vocab_size)
+    tokenizer.model_max_length = max_position_embeddings  # the tokenizer states the context the model has
     pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
     config = LlamaConfig(
         vocab_size=len(tokenizer),
