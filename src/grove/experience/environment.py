@@ -237,9 +237,10 @@ class EnvironmentSource:
             **environment_summary(self.suite, trajectories),
         }
 
-    def evaluate(self) -> EvalResult:
+    def evaluate(self, step: int | None = None) -> EvalResult:
         """Greedy episodes on the held-out tasks (and on each of the suite's extra evaluation sets, whose
-        metrics are reported as ``<set>/<metric>``), up to ``eval.max_examples`` tasks per set."""
+        metrics are reported as ``<set>/<metric>``), up to ``eval.max_examples`` tasks per set. (``step`` is the
+        protocol's; an environment's failures end their own episodes and need no step in their messages.)"""
         cfg = self.ctx.cfg
         start = time.perf_counter()
         trajectories, tokens = self._play_greedy(list(self.suite.eval_tasks)[: cfg.eval.max_examples])
