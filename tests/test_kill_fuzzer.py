@@ -1,12 +1,14 @@
-"""The kill fuzzer: a tiny-model `grove train` is SIGKILLed at many moments and resumed with `--resume`; every
-resumed run must end with exactly the uninterrupted run's metrics, evaluations and weights, and `metrics.jsonl`
-must never hold a duplicate or a missing step.
+"""The kill fuzzer: a tiny-model `grove train` is SIGKILLed (or sent SIGTERM) at many moments and resumed with
+`--resume`; every resumed run must end with exactly the uninterrupted run's metrics, evaluations and weights, and
+`metrics.jsonl` must never hold a duplicate or a missing step.
 
 Kill points (fixed seed, so the fuzzer is repeatable): every named fault point (generation, update, logging,
-checkpoint writing: :mod:`grove.infra.fault_points`) at chosen steps, plus moments drawn uniformly over the
-uninterrupted run's wall time (which also land in start-up, evaluation and between points). The default run
-(CI) takes one point per phase and two timed kills; ``-m fuzz`` runs the full fuzzer (12 phase points + 12
-timed kills). ``docs/reliability.md`` gives the figures.
+checkpoint writing: :mod:`grove.infra.fault_points`) at chosen steps, plus SIGKILLs at moments drawn uniformly
+over the uninterrupted run's wall time (which also land in start-up, evaluation and between points), plus a
+SIGTERM sent as soon as a step's metrics line is written: the run stops after that step or the next (step 2 is an
+``eval.every`` step, whose evaluation a stop skips and the resumed run makes up), with a checkpoint. The default
+run (CI) takes one point per phase, two timed kills and a SIGTERM after step 1; ``-m fuzz`` runs the full fuzzer
+(12 phase points + 12 timed kills + SIGTERMs after steps 1, 2 and 3). ``docs/reliability.md`` gives the figures.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class KillPoint:
     name: str
     phase_step: str | None = None  # "phase:step" for GROVE_KILL_AT
     after_seconds: float | None = None  # or a SIGKILL this long after launch
+    sigterm_after_step: int | None = None  # or a SIGTERM once this step's metrics line is written
 
 
 def _train(model: Path, out: Path, *, resume: bool = False, point: KillPoint | None = None) -> int:
@@ -44,7 +47,7 @@ def _train(model: Path, out: Path, *, resume: bool = False, point: KillPoint | N
         "model.name": model, "output_dir": out, "threads": 1, "task": "{id: arithmetic, train_size: 16, eval_size: 3}",
         "rollout.max_new_tokens": 5, "train.steps": STEPS, "train.prompts_per_step": 2,
         "train.completions_per_prompt": 3, "train.micro_batch_size": 3, "optim.lr": 1e-2, "checkpoint.every": 1,
-        "checkpoint.keep_last": 2, "logging.progress": False, "eval.max_examples": 3,
+        "checkpoint.keep_last": 2, "logging.progress": False, "eval.max_examples": 3, "eval.every": 2,
     }
     cmd = [sys.executable, "-m", "grove", "train", "examples/arithmetic.yaml"]
     for k, v in sets.items():
@@ -61,7 +64,16 @@ def _train(model: Path, out: Path, *, resume: bool = False, point: KillPoint | N
                 proc.wait(timeout=point.after_seconds)
             except subprocess.TimeoutExpired:
                 proc.send_signal(signal.SIGKILL)
+        if point is not None and point.sigterm_after_step is not None:
+            metrics = out / "metrics.jsonl"
+            while proc.poll() is None and _lines(metrics) < point.sigterm_after_step:
+                time.sleep(0.005)
+            proc.send_signal(signal.SIGTERM)
         return proc.wait(timeout=600)
+
+
+def _lines(path: Path) -> int:
+    return path.read_text().count("\n") if path.exists() else 0
 
 
 def _records(path: Path) -> list[dict]:
@@ -79,19 +91,24 @@ def reference(tmp_path_factory):
     return model, out, time.perf_counter() - start
 
 
-def kill_points(wall_seconds: float, phase_steps: dict[str, list[int]], timed: int, seed: int = 0) -> list[KillPoint]:
+def kill_points(
+    wall_seconds: float, phase_steps: dict[str, list[int]], timed: int, sigterm_steps: tuple[int, ...] = (), seed: int = 0
+) -> list[KillPoint]:
     rng = random.Random(seed)
     points = [KillPoint(f"{p}-step{s}", phase_step=f"{p}:{s}") for p, steps in phase_steps.items() for s in steps]
     points += [
         KillPoint(f"timed-{t:.2f}s", after_seconds=t) for t in sorted(rng.uniform(0.5, wall_seconds) for _ in range(timed))
     ]
+    points += [KillPoint(f"sigterm-after-step{s}", sigterm_after_step=s) for s in sigterm_steps]
     return points
 
 
 def _survives(model: Path, reference: Path, out: Path, point: KillPoint) -> None:
     code = _train(model, out, point=point)
-    killed = code == -signal.SIGKILL
-    if point.phase_step:
+    # SIGTERM: 128 + 15 from the command line when it stopped the loop; -15 in the final evaluation, outside the
+    # loop's handlers, where the signal's default action ends the process
+    killed = code in (-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGTERM)
+    if point.phase_step or (point.sigterm_after_step or STEPS) < STEPS:
         assert killed, f"{point.name}: the fault point was not reached (exit {code})"
     if killed:  # resume; a run killed before it wrote its config starts over
         code = _train(model, out, resume=(out / "config.yaml").exists())
@@ -108,14 +125,14 @@ def _survives(model: Path, reference: Path, out: Path, point: KillPoint) -> None
 
 def test_kill_fuzzer_short(reference, tmp_path):
     model, ref, wall = reference
-    for point in kill_points(wall, {p: [2] for p in PHASES}, timed=2):
+    for point in kill_points(wall, {p: [2] for p in PHASES}, timed=2, sigterm_steps=(1,)):
         _survives(model, ref, tmp_path / point.name, point)
 
 
 @pytest.mark.fuzz
 def test_kill_fuzzer_full(reference, tmp_path):
     model, ref, wall = reference
-    points = kill_points(wall, {p: [1, 2, 3] for p in PHASES}, timed=12, seed=1)
-    assert len(points) >= 24
+    points = kill_points(wall, {p: [1, 2, 3] for p in PHASES}, timed=12, sigterm_steps=(1, 2, 3), seed=1)
+    assert len(points) >= 27
     for point in points:
         _survives(model, ref, tmp_path / point.name, point)

@@ -45,6 +45,13 @@ def _metrics(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.endswith(TIMING)} for r in rows]
 
 
+def _records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.endswith(TIMING)} for r in rows]
+
+
 def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(ckpt.checkpoint_dir(run, step) / "model" / "model.safetensors")
 
@@ -234,6 +241,39 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint_and_resume_reproduces(t
     Trainer(_cfg(tiny, out, 4), out, resume=True).run()
     assert _metrics(out) == _metrics(straight)
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # handlers restored
+
+
+def _stop_with_sigterm_after(trainer: Trainer, step: int) -> None:
+    real = trainer.train_step
+
+    def step_then_signal():
+        metrics = real()
+        if trainer.step == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return metrics
+
+    trainer.train_step = step_then_signal
+
+
+def test_a_stop_on_an_evaluation_step_keeps_that_evaluation(tiny, tmp_path):
+    """SIGTERM lands on an ``eval.every`` step: the checkpoint is written without evaluating; the resumed run
+    evaluates that step first, and its evaluations, metrics and weights equal the uninterrupted run's."""
+    every = {"eval.every": 2, "checkpoint.every": 100}
+    straight = tmp_path / "straight"
+    Trainer(_cfg(tiny, straight, 4, **every), straight).run()
+    out = tmp_path / "run"
+    trainer = Trainer(_cfg(tiny, out, 4, **every), out)
+    _stop_with_sigterm_after(trainer, 2)
+    assert trainer.run().stopped_by == "SIGTERM"
+    assert [r["step"] for r in _records(out / "eval.jsonl")] == []  # stopped before evaluating step 2
+    Trainer(_cfg(tiny, out, 4, **every), out, resume=True).run()
+    assert _records(out / "eval.jsonl") == _records(straight / "eval.jsonl")
+    assert [(r["step"], r.get("final", False)) for r in _records(out / "eval.jsonl")] == [(2, False), (4, True)]
+    for name in ("eval_samples_step000002.jsonl", "eval_samples_step000004.jsonl"):
+        assert (out / name).read_text() == (straight / name).read_text()
+    assert _metrics(out) == _metrics(straight)
+    for k, v in _weights(straight, 4).items():
+        assert torch.equal(v, _weights(out, 4)[k])
 
 
 def test_grove_train_stops_on_sigterm_and_says_how_to_resume(tiny, tmp_path):

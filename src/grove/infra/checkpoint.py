@@ -8,31 +8,32 @@ A checkpoint is a directory ``RUN_DIR/checkpoints/step-NNNNNN`` holding
 * ``trainer_state.pt``: optimizer (full state keyed by parameter name, whatever strategy wrote it),
   scheduler, sampler position, step, and every RNG state (Python, NumPy, torch, and the rollout sampling
   generator; one set per rank in ``rank_states``), saved with plain tensors so it loads with
-  ``torch.load(weights_only=True)``.
+  ``torch.load(weights_only=True)``;
+* ``manifest.json``: the size and SHA-256 of every other file, written last
+  (:mod:`grove.infra.checkpoint_integrity`).
 
 With several ranks, only rank 0 writes (the full states are gathered to it first:
 :mod:`grove.distributed.checkpoint_state`), so a checkpoint is the same whatever strategy or world size
 wrote it, and resumes under any other.
 
 It is written to a temporary directory and renamed into place, so a run killed at any moment
-(``kill -9`` included) leaves only complete checkpoints. Each checkpoint ends with ``manifest.json``: the size
-and SHA-256 of every file, written last. ``--resume`` takes the newest checkpoint that verifies against its
-manifest and warns about (and skips) any newer one that does not (truncated, corrupted, or missing files);
-``keep_last`` counts and keeps verified checkpoints only, so it never deletes the last good one. A save that
-fails (a full disk, say) removes its temporary directory, leaves the previous checkpoints as they were and
-raises :class:`CheckpointWriteError` saying so.
+(``kill -9`` included) leaves only complete checkpoints. :func:`find_loadable` picks the newest checkpoint
+that matches its manifest *and* loads (:func:`checkpoint_problem`), and names what is wrong with each newer one;
+``keep_last`` counts and keeps complete checkpoints only, so it never deletes the last good one. A save that
+fails (a full disk, a file-size limit, any error of the writers, or an interrupt) removes its temporary
+directory, leaves the previous checkpoints as they were and raises :class:`CheckpointWriteError` naming the
+part that failed, the cause, the previous intact checkpoint and how to continue.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import logging
 import random
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,52 +41,56 @@ import numpy as np
 import torch
 
 from grove.infra import fault_points
+from grove.infra.checkpoint_integrity import (
+    MANIFEST,
+    TRAINER_STATE,
+    read_trainer_state,
+    unloadable_file,
+    verify_manifest,
+    write_manifest,
+)
+from grove.infra.write_failures import (
+    DISK_FULL,
+    SIZE_LIMIT,
+    RunWriteError,
+    describe_write_failure,
+    write_failure_cause,
+)
+
+__all__ = [
+    "MANIFEST",
+    "CheckpointWriteError",
+    "TrainerState",
+    "capture_rng",
+    "checkpoint_dir",
+    "checkpoint_problem",
+    "checkpoint_step",
+    "find_loadable",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_model_weights",
+    "load_trainer_state",
+    "restore_rng",
+    "save_checkpoint",
+    "verify_checkpoint",
+    "write_manifest",
+]
 
 PREFIX = "step-"
-MANIFEST = "manifest.json"
+_TMP = ".tmp-"  # a checkpoint being written
+_DELETING = ".deleting-"  # a pruned checkpoint being removed
 
 log = logging.getLogger(__name__)
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(RunWriteError):
     """A checkpoint could not be written; the previous checkpoints are intact."""
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def write_manifest(directory: Path) -> None:
-    """``manifest.json``: size and SHA-256 of every file under ``directory`` (written last)."""
-    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
-    entries = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files}
-    (directory / MANIFEST).write_text(json.dumps({"files": entries}, indent=1))
-
-
 def verify_checkpoint(directory: Path, *, checksums: bool = True) -> str | None:
-    """``None`` if ``directory`` is a complete checkpoint matching its manifest, else what is wrong.
-
-    ``checksums=False`` checks presence and sizes only (cheap: no file is read). A checkpoint from before
-    manifests (no ``manifest.json``) is accepted when its two parts exist."""
-    if not (directory / "trainer_state.pt").is_file() or not (directory / "model").is_dir():
-        return "trainer_state.pt or model/ is missing"
-    manifest = directory / MANIFEST
-    if not manifest.is_file():
-        return None
-    try:
-        entries = json.loads(manifest.read_text())["files"]
-    except (ValueError, KeyError) as exc:
-        return f"unreadable {MANIFEST} ({exc})"
-    for name, entry in entries.items():
-        path = directory / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != entry["bytes"]:
-            return f"{name} has {path.stat().st_size} bytes, the manifest says {entry['bytes']}"
-        if checksums and _sha256(path) != entry["sha256"]:
-            return f"{name} does not match its checksum"
-    return None
+    """``None`` if ``directory`` matches its manifest (or has none), else what is wrong
+    (:func:`grove.infra.checkpoint_integrity.verify_manifest`)."""
+    return verify_manifest(directory, checksums=checksums)
 
 
 @dataclass
@@ -124,77 +129,166 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "checkpoints" / f"{PREFIX}{step:06d}"
 
 
+def checkpoint_step(directory: Path) -> int:
+    """The step a checkpoint directory ``step-NNNNNN`` holds."""
+    return int(directory.name[len(PREFIX) :])
+
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
     root = run_dir / "checkpoints"
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
+    return sorted(found, key=checkpoint_step)
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest checkpoint that verifies (:func:`verify_checkpoint`); newer broken ones are skipped with a
-    warning naming what is wrong with each."""
-    for candidate in reversed(list_checkpoints(run_dir)):
-        problem = verify_checkpoint(candidate)
-        if problem is None:
-            return candidate
-        log.warning("checkpoint %s is damaged (%s); falling back to the previous one", candidate, problem)
+def checkpoint_problem(directory: Path) -> str | None:
+    """``None`` if the checkpoint matches its manifest (when it has one) and loads as a resume reads it, else
+    what is wrong: a file changed since it was written, a file that does not load, or a trainer state that is not
+    this step's."""
+    problem = verify_manifest(directory) or unloadable_file(directory)
+    if problem is not None:
+        return problem
+    state = read_trainer_state(directory / TRAINER_STATE, mmap=True)
+    expected = {f.name for f in fields(TrainerState)}
+    required = {f.name for f in fields(TrainerState) if f.default is MISSING and f.default_factory is MISSING}
+    missing, unknown = sorted(required - set(state)), sorted(set(state) - expected)
+    if missing or unknown:
+        return f"{TRAINER_STATE} has fields {sorted(state)}: missing {missing}, unknown {unknown}"
+    if state["step"] != checkpoint_step(directory):
+        return f"{TRAINER_STATE} holds step {state['step']!r}, not {checkpoint_step(directory)}"
     return None
 
 
+@dataclass(frozen=True)
+class LoadableCheckpoint:
+    """The newest checkpoint that loads (``None``: none does), and each newer one with what is wrong with it."""
+
+    path: Path | None
+    damaged: list[tuple[Path, str]]
+
+
+def find_loadable(run_dir: Path) -> LoadableCheckpoint:
+    """Try the checkpoints newest first (:func:`checkpoint_problem`); stop at the first that loads."""
+    damaged = []
+    for candidate in reversed(list_checkpoints(run_dir)):
+        problem = checkpoint_problem(candidate)
+        if problem is None:
+            return LoadableCheckpoint(candidate, damaged)
+        damaged.append((candidate, problem))
+    return LoadableCheckpoint(None, damaged)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest checkpoint that matches its manifest and loads (:func:`find_loadable`)."""
+    return find_loadable(run_dir).path
+
+
+def _is_write_failure(exc: Exception, path: Path) -> bool:
+    """An error of a writer (``OSError``; ``torch.save``'s ``RuntimeError``; safetensors' ``SafetensorError``;
+    anything :func:`grove.infra.write_failures.write_failure_cause` recognises), not a bug."""
+    from safetensors import SafetensorError
+
+    return isinstance(exc, OSError | RuntimeError | SafetensorError) or write_failure_cause(exc, path) is not None
+
+
+def _resume_hint(run_dir: Path, previous: Path | None) -> str:
+    intact = (
+        f"the previous checkpoint {previous.name} is intact" if previous is not None
+        else "no earlier checkpoint exists, so the run starts again from step 0"
+    )
+    return f"continue with --resume {run_dir} ({intact})"
+
+
+@contextmanager
+def _reported(part: str, final: Path, run_dir: Path) -> Iterator[None]:
+    """Turn a failed write of checkpoint ``final``'s ``part`` into a :class:`CheckpointWriteError` that names the
+    part, the cause (:func:`grove.infra.write_failures.describe_write_failure`) and the previous intact checkpoint."""
+    try:
+        yield
+    except CheckpointWriteError:
+        raise
+    except Exception as exc:
+        if not _is_write_failure(exc, final):
+            raise
+        previous = latest_checkpoint(run_dir)
+        cause = write_failure_cause(exc, final.parent)
+        hint = _resume_hint(run_dir, previous)
+        message = describe_write_failure(exc, final.parent, f"checkpoint {final.name} ({part}) in", hint)
+        code = {DISK_FULL: errno.ENOSPC, SIZE_LIMIT: errno.EFBIG}.get(cause, errno.EIO)
+        raise CheckpointWriteError(code, message) from exc
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Temporary directories a killed process left behind (a checkpoint half written or half pruned)."""
+    for leftover in root.iterdir() if root.is_dir() else ():
+        if leftover.is_dir() and leftover.name.startswith((_TMP, _DELETING)):
+            shutil.rmtree(leftover)
+
+
 def _prune(run_dir: Path, keep_last: int) -> None:
-    """Delete checkpoints older than the ``keep_last`` newest *verified* ones (a damaged one is never counted,
-    so the last good checkpoint always stays)."""
+    """Delete checkpoints older than the ``keep_last`` newest *complete* ones (a damaged one is never counted,
+    so the last good checkpoint always stays). Each is renamed out of the checkpoint names first, so a kill
+    during the removal leaves no half-deleted directory that looks like a checkpoint."""
     found = list_checkpoints(run_dir)
     good = [c for c in found if verify_checkpoint(c, checksums=False) is None]
     if len(good) <= keep_last:
         return
     oldest_kept = good[-keep_last]
     for old in found[: found.index(oldest_kept)]:
-        shutil.rmtree(old, ignore_errors=True)
+        doomed = old.with_name(f"{_DELETING}{old.name}")
+        old.rename(doomed)
+        shutil.rmtree(doomed)
 
 
 def save_checkpoint(
     run_dir: Path, write_model: Callable[[Path], None], tokenizer, state: TrainerState, keep_last: int
 ) -> Path:
     """Write ``state`` and the policy (``write_model(directory)``: ``save_pretrained`` or an adapter) atomically,
-    with its manifest; then prune to ``keep_last`` verified checkpoints."""
+    with its manifest; then prune to ``keep_last`` complete checkpoints.
+
+    Any failure (and an interrupt) removes the temporary directory; earlier checkpoints are never touched. A
+    failed write raises :class:`CheckpointWriteError`."""
     final = checkpoint_dir(run_dir, state.step)
-    tmp = final.parent / f".tmp-{final.name}"
+    tmp = final.parent / f"{_TMP}{final.name}"
     try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
+        with _reported("its directory", final, run_dir):
+            _remove_leftovers(final.parent)
+            tmp.mkdir(parents=True)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # the run's own progress bar is the one to read
-        write_model(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
+        with _reported("the model weights", final, run_dir):
+            write_model(tmp / "model")
+        with _reported("the tokenizer files", final, run_dir):
+            tokenizer.save_pretrained(tmp / "model")
         fault_points.reached("checkpoint", state.step)
-        torch.save(state.__dict__, tmp / "trainer_state.pt")
-        write_manifest(tmp)
-    except (OSError, RuntimeError) as exc:  # torch.save reports a full disk as RuntimeError
+        with _reported(f"the trainer state {TRAINER_STATE}", final, run_dir):
+            torch.save(state.__dict__, tmp / TRAINER_STATE)
+        with _reported(f"the manifest {MANIFEST}", final, run_dir):
+            write_manifest(tmp)
+        with _reported("the rename into place", final, run_dir):
+            if final.exists():  # a damaged checkpoint of this step, which the resume fell back past: replace it
+                final.rename(final.with_name(f"{_DELETING}{final.name}"))
+            tmp.rename(final)
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        previous = latest_checkpoint(run_dir)
-        full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "No space left" in str(exc)
+        raise
+    try:
+        _remove_leftovers(final.parent)
+        _prune(run_dir, keep_last)
+    except OSError as exc:
         raise CheckpointWriteError(
-            errno.ENOSPC if full else errno.EIO,
-            f"could not write checkpoint {final.name} in {run_dir / 'checkpoints'} ({exc}); "
-            + (f"the previous checkpoint {previous.name} is intact: " if previous else "no earlier checkpoint exists: ")
-            + ("free disk space, then " if full else "")
-            + f"continue with --resume {run_dir}",
+            exc.errno or errno.EIO,
+            f"checkpoint {final.name} was written in {final.parent} and is intact, but pruning the older ones "
+            f"(checkpoint.keep_last {keep_last}) failed: {exc}; fix that (or remove them yourself), then continue "
+            f"with --resume {run_dir}",
         ) from exc
-    if final.exists():  # a re-run of the same step after resume: replace it
-        shutil.rmtree(final)
-    tmp.rename(final)
-    _prune(run_dir, keep_last)
     return final
 
 
 def load_trainer_state(ckpt: Path) -> TrainerState:
-    data = torch.load(ckpt / "trainer_state.pt", weights_only=True)
-    return TrainerState(**data)
+    return TrainerState(**read_trainer_state(ckpt / TRAINER_STATE))
 
 
 def load_model_weights(model: torch.nn.Module, ckpt: Path) -> None:

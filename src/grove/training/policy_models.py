@@ -99,17 +99,27 @@ class PolicyModels:
         return gather_full_model_state(self.train_module)
 
 
-def _load_checkpoint_weights(model: nn.Module, path: Path, lora: bool) -> None:
+def _load_checkpoint_weights(model: nn.Module, path: Path, lora: bool, model_name: str) -> None:
+    """Load the checkpoint's weights (already checked to load: :func:`grove.infra.checkpoint.checkpoint_problem`)
+    into the policy; weights that do not fit it (another ``model.name``, LoRA rank or targets) are a
+    :class:`ConfigError` saying to resume with the run's own model settings."""
     has_adapter = (path / "model" / "adapter_config.json").is_file()
     if has_adapter != lora:
         raise ConfigError(
             f"checkpoint {path} holds {'LoRA adapters' if has_adapter else 'full weights'} but the config has "
             f"model.lora {'unset' if has_adapter else 'set'}; resume with the config the run was started with"
         )
-    if lora:
-        load_adapter_weights(model, path / "model")
-    else:
-        ckpt.load_model_weights(model, path)
+    try:
+        if lora:
+            load_adapter_weights(model, path / "model")
+        else:
+            ckpt.load_model_weights(model, path)
+    except (RuntimeError, ValueError) as exc:  # missing / unexpected keys, other shapes
+        raise ConfigError(
+            f"the weights of checkpoint {path} do not fit model.name {model_name!r}"
+            f"{' with its model.lora settings' if lora else ''} ({' '.join(str(exc).split())[:300]}); resume with the "
+            "model settings the run was started with (its config.yaml)"
+        ) from exc
 
 
 def set_activation_checkpointing(causal_lm: nn.Module, enabled: bool) -> None:
@@ -133,7 +143,7 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
     if lora:
         causal_lm = apply_lora(causal_lm, cfg.model.lora, base_name=cfg.model.name)
     if resume_from is not None:
-        _load_checkpoint_weights(causal_lm, resume_from, lora)
+        _load_checkpoint_weights(causal_lm, resume_from, lora, cfg.model.name)
     if cfg.train.activation_checkpointing:  # recompute each layer in backward (generation runs in eval: no effect)
         set_activation_checkpointing(causal_lm, True)
     causal_lm.to(world.device)

@@ -1,7 +1,9 @@
 """A training run's directory and checkpoints, with every rank taking its part.
 
 * :func:`prepare_run_dir`: a new run writes its ``config.yaml`` (rank 0, then all ranks meet); ``--resume``
-  finds the latest checkpoint.
+  takes the newest checkpoint that matches its manifest and loads, warning about each newer damaged one, refuses
+  (:class:`NoLoadableCheckpointError`) when none does, and checks the resumed config against the run's own
+  (:mod:`grove.training.resume_config`). A refused resume changes nothing in the run directory.
 * :func:`save_run_checkpoint`: all ranks gather the full model and optimizer states and their RNG streams to
   rank 0, which writes the checkpoint (:mod:`grove.infra.checkpoint`); the others wait for it.
 * :func:`restore_run_checkpoint`: every rank reads the same checkpoint, keeps its shard of the optimizer state
@@ -12,7 +14,8 @@
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +25,35 @@ from grove.config import ConfigError, GroveConfig, dump_config
 from grove.distributed.checkpoint_state import gather_full_optimizer_state, load_full_optimizer_state
 from grove.distributed.world import World, derived_seed
 from grove.infra import checkpoint as ckpt
+from grove.infra.write_failures import reporting_write_failures
 from grove.training.policy_models import PolicyModels
+from grove.training.resume_config import ConfigChange, check_resumed_config, record_config_changes
 
-__all__ = ["RunState", "prepare_run_dir", "restore_run_checkpoint", "save_run_checkpoint"]
+__all__ = [
+    "NoLoadableCheckpointError",
+    "RunStart",
+    "RunState",
+    "prepare_run_dir",
+    "record_resumed_config",
+    "restore_run_checkpoint",
+    "save_run_checkpoint",
+]
+
+log = logging.getLogger(__name__)
+
+
+class NoLoadableCheckpointError(ConfigError):
+    """``--resume`` found checkpoints, but none of them loads."""
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """Where a run starts: the checkpoint to resume from (``None``: step 0) and the accepted changes of the
+    resumed config (``None``: there was no valid ``config.yaml`` to compare with), recorded by
+    :func:`record_resumed_config` once the checkpoint is loaded."""
+
+    checkpoint: Path | None = None
+    config_changes: list[ConfigChange] | None = field(default_factory=list)
 
 
 @dataclass
@@ -41,24 +70,66 @@ class RunState:
     seed: int
 
 
-def prepare_run_dir(cfg: GroveConfig, run_dir: Path, world: World, resume: bool) -> Path | None:
-    """The checkpoint to resume from (``None``: start at step 0), after checking or creating ``run_dir``."""
-    config_path = run_dir / "config.yaml"
+def prepare_run_dir(cfg: GroveConfig, run_dir: Path, world: World, resume: bool) -> RunStart:
+    """Where the run starts, after checking or creating ``run_dir``."""
     if resume:
-        latest = ckpt.latest_checkpoint(run_dir)
-        if latest is None and not config_path.exists():
-            raise ConfigError(f"--resume {run_dir}: no such run (no config.yaml there)")
-        return latest  # None: killed before the first checkpoint, start over in the same directory
+        return _resume_from(cfg, run_dir, world)
     if ckpt.list_checkpoints(run_dir) or (run_dir / "metrics.jsonl").exists():
         raise ConfigError(
             f"output_dir {str(run_dir)!r} already holds a run; continue it with "
             f"--resume {run_dir}, or choose a new one with --set output_dir=..."
         )
     if world.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        config_path.write_text(dump_config(cfg))
+        with reporting_write_failures(run_dir / "config.yaml", "the run's config", "start the run again"):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "config.yaml").write_text(dump_config(cfg))
     world.barrier("run directory")
-    return None
+    return RunStart()
+
+
+def _resume_from(cfg: GroveConfig, run_dir: Path, world: World) -> RunStart:
+    """The checkpoint ``--resume`` continues from (``None``: the run was stopped before its first checkpoint and
+    starts over in the same directory, under ``cfg``) and the accepted config changes. Nothing in ``run_dir``
+    changes before the resume is accepted."""
+    if not run_dir.is_dir():
+        raise ConfigError(
+            f"--resume {run_dir}: there is no run there (no such directory); check the path, or start a new run "
+            "without --resume"
+        )
+    found = ckpt.find_loadable(run_dir)
+    if found.path is None and found.damaged:
+        raise NoLoadableCheckpointError(
+            f"--resume {run_dir}: none of its checkpoints can be resumed from: "
+            + "; ".join(f"{c.name}: {problem}" for c, problem in found.damaged)
+            + f". Nothing in {run_dir} was changed. Restore a checkpoint from a copy if you have one, or start "
+            "afresh in a new directory: the same command without --resume, with --set output_dir=NEW"
+        )
+    if found.path is None:
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(
+                f"--resume {run_dir}: nothing was saved there yet (no config.yaml: the run stopped during start-up); "
+                "start it again without --resume"
+            )
+        if world.is_main:  # nothing was trained: the run starts over, under the config given now
+            with reporting_write_failures(run_dir / "config.yaml", "the run's config", f"continue with --resume {run_dir}"):
+                (run_dir / "config.yaml").write_text(dump_config(cfg))
+        world.barrier("run directory")
+        return RunStart()
+    for damaged, problem in found.damaged:
+        log.warning("warning: checkpoint %s is damaged (%s); falling back to the previous one", damaged, problem)
+    if not (found.path / ckpt.MANIFEST).is_file():
+        log.warning(
+            "warning: checkpoint %s has no %s, so its files cannot be checked against their checksums (grove writes "
+            "one last in every checkpoint); it loads, and the run resumes from it", found.path, ckpt.MANIFEST,
+        )
+    return RunStart(found.path, check_resumed_config(cfg, run_dir, ckpt.checkpoint_step(found.path)))
+
+
+def record_resumed_config(cfg: GroveConfig, run_dir: Path, start: RunStart, world: World) -> None:
+    """Once the checkpoint is loaded: ``config.yaml`` becomes the config now running, the accepted changes are
+    logged (:func:`grove.training.resume_config.record_config_changes`; rank 0)."""
+    if start.checkpoint is not None and world.is_main:
+        record_config_changes(cfg, run_dir, ckpt.checkpoint_step(start.checkpoint), start.config_changes)
 
 
 def save_run_checkpoint(run_dir: Path, step: int, state: RunState, keep_last: int) -> None:

@@ -50,6 +50,7 @@ from grove.training.policy_models import build_policy_models
 from grove.training.run_checkpoint import (
     RunState,
     prepare_run_dir,
+    record_resumed_config,
     restore_run_checkpoint,
     save_run_checkpoint,
 )
@@ -101,7 +102,8 @@ class Trainer:
                 f"train.prompts_per_step ({cfg.train.prompts_per_step}) is smaller than the number of processes "
                 f"({self.world.size}); each rank needs at least one prompt group: raise it or launch fewer processes"
             )
-        self.resume_from = prepare_run_dir(cfg, run_dir, self.world, resume)
+        start = prepare_run_dir(cfg, run_dir, self.world, resume)
+        self.resume_from = start.checkpoint
         configure_runtime(**cfg.runtime_settings())
         slow_bf16 = slow_bf16_warning(cfg.train.precision, generates_from_bf16_copy(cfg), self.world.device)
         if slow_bf16 is not None and self.world.is_main:
@@ -146,6 +148,7 @@ class Trainer:
             {"kl": self.kl_controller, "entropy": self.entropy_controller}, self.world, cfg.seed,
         )
         self.step = 0 if self.resume_from is None else restore_run_checkpoint(self.resume_from, self.state)
+        record_resumed_config(cfg, run_dir, start, self.world)
         self.nonfinite_guard = NonFiniteGuard(t.max_skipped_steps, t.ppo_epochs * t.mini_batches, run_dir)
         # resuming keeps the log records up to the checkpoint's step; a run killed before its first
         # checkpoint starts over, so none of its records are kept (step -1)
@@ -170,6 +173,19 @@ class Trainer:
                     f.write(json.dumps(s) + "\n")
         self.world.barrier("evaluation on rank 0")
         return result
+
+    def _periodic_evaluation_missing(self) -> bool:
+        """Whether the resumed step is an ``eval.every`` step without its evaluation in ``eval.jsonl``: a run stopped
+        (SIGTERM, Ctrl-C, time budget) on such a step writes its checkpoint without evaluating it, and an uninterrupted
+        run evaluates it just before that checkpoint, so evaluating it first thing reproduces the uninterrupted run
+        (evaluation draws on no training RNG stream)."""
+        every = self.cfg.eval.every
+        if not every or not 0 < self.step < self.cfg.train.steps or self.step % every:
+            return False
+        missing = self.world.is_main and not any(
+            r.get("step") == self.step and not r.get("final") for r in self.logger.evals.read()
+        )
+        return self.world.any(missing, "resume: evaluation of the resumed step")
 
     # ------------------------------------------------------------------ one step
     def _logprobs(self, model, batch) -> torch.Tensor:
@@ -284,7 +300,7 @@ class Trainer:
     def run(self) -> TrainSummary:
         cfg = self.cfg
         start = time.perf_counter()
-        if self.step == 0 and cfg.eval.before_training:
+        if (self.step == 0 and cfg.eval.before_training) or self._periodic_evaluation_missing():
             self.evaluate()
         progress = TrainProgress(
             total=cfg.train.steps, completed=self.step, enabled=cfg.logging.progress, silent=not self.world.is_main
