@@ -25,7 +25,10 @@ tokenizer. :func:`load_adapter_weights` puts such weights back into a live adapt
 adapter config, loads the adapter, folds ``(alpha / r) · B A`` into each ``W`` (peft's ``merge_and_unload``)
 and writes a plain transformers model (float32 safetensors + tokenizer) that
 ``AutoModelForCausalLM.from_pretrained`` loads without peft. A full-fine-tuning checkpoint is copied the same
-way, so the command works for both.
+way, so the command works for both. Files that do not load (a truncated safetensors file, a config or tokenizer
+file that is not JSON) raise :class:`ModelFilesError` naming the directory and the reader's complaint, before
+anything is written. ``grove export`` first checks a grove checkpoint against its manifest
+(:mod:`grove.training.checkpoint_export`), which also catches changed bytes that still load.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ __all__ = [
     "ADAPTER_CONFIG_FILE",
     "ADAPTER_WEIGHTS_FILE",
     "LoraSpec",
+    "ModelFilesError",
     "adapter_parameter_count",
     "adapters_disabled",
     "apply_lora",
@@ -66,6 +70,24 @@ ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 _HEAD_NAMES = ("lm_head",)
 _TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
+
+
+class ModelFilesError(ValueError):
+    """A model directory's files (weights, config, tokenizer) do not load: damaged or incomplete."""
+
+
+@contextlib.contextmanager
+def _loading(directory: Path, what: str = "the model") -> Iterator[None]:
+    """Turn what a reader raises for a damaged file into a :class:`ModelFilesError` naming ``directory``."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except ModelFilesError:
+        raise
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ModelFilesError(f"{what} in {directory} does not load ({type(exc).__name__}: {reason})") from exc
 
 
 class LoraSpec(Protocol):
@@ -299,8 +321,9 @@ def _offline() -> None:
 
 def load_merged_adapter(model_dir: Path) -> tuple[PreTrainedModel, Path]:
     """The base model named in ``model_dir``'s adapter config with the adapter merged in; and the base directory."""
-    config = json.loads((model_dir / ADAPTER_CONFIG_FILE).read_text())
-    base = config.get("base_model_name_or_path")
+    with _loading(model_dir, "the adapter"):
+        config = json.loads((model_dir / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"))
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
     if not base:
         raise ValueError(
             f"{model_dir / ADAPTER_CONFIG_FILE} names no base_model_name_or_path; set it to the base model's "
@@ -313,8 +336,9 @@ def load_merged_adapter(model_dir: Path) -> tuple[PreTrainedModel, Path]:
             f"the adapter's base model {base!r} (base_model_name_or_path in {model_dir / ADAPTER_CONFIG_FILE}) "
             f"cannot be loaded: {exc}"
         ) from exc
-    base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, local_files_only=True)
-    with _quiet_peft():
+    with _loading(base_dir, "the adapter's base model"):
+        base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, local_files_only=True)
+    with _loading(model_dir, "the adapter"), _quiet_peft():
         peft_model = PeftModel.from_pretrained(base_model, str(model_dir))
     return peft_model.merge_and_unload(), base_dir
 
@@ -324,8 +348,9 @@ def export_merged(checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike)
 
     ``checkpoint_dir`` is ``RUN/checkpoints/step-N`` (or its ``model/`` directory). A LoRA checkpoint (an
     ``adapter_config.json`` in ``model/``) is merged into its base model (``base_model_name_or_path``: a local
-    directory or an embedded name) in float32; a full checkpoint is loaded and saved as it is. The directory is
-    written under a temporary name and renamed, so a failure leaves no partial ``out_dir``. Returns ``out_dir``.
+    directory or an embedded name) in float32; a full checkpoint is loaded and saved as it is. Files that do not
+    load raise :class:`ModelFilesError` before anything is written. The directory is written under a temporary
+    name and renamed, so a failure leaves no partial ``out_dir``. Returns ``out_dir``.
     """
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     model_dir = _model_dir(checkpoint_dir)
@@ -339,11 +364,13 @@ def export_merged(checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike)
             raise FileNotFoundError(
                 f"{model_dir} holds neither {ADAPTER_CONFIG_FILE} (a LoRA checkpoint) nor config.json (a full model)"
             )
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", local_files_only=True)
+        with _loading(model_dir):
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", local_files_only=True)
         tokenizer_dir = model_dir
     if not _has_tokenizer(tokenizer_dir):
         raise FileNotFoundError(f"no tokenizer in {tokenizer_dir} (expected {' or '.join(_TOKENIZER_FILES)})")
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    with _loading(tokenizer_dir, "the tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-export-{out_dir.name}-", dir=out_dir.parent))
