@@ -65,7 +65,20 @@ def disk(tmp_path):
     mount_point.mkdir()
     _mount(mount_point, 64 * 2**20)
     yield mount_point
-    subprocess.run(["umount", str(mount_point)], check=False)
+    if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "--lazy", str(mount_point)], check=False)  # never leave a mount behind
+
+
+def _open_files_under(directory: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the directory listing's own descriptor)
+            continue
+        if target.startswith(str(directory)):
+            found.append(target)
+    return found
 
 
 def _pages(path: Path) -> int:
@@ -108,6 +121,7 @@ def test_a_disk_that_fills_during_a_checkpoint(tiny, straight, disk, monkeypatch
     assert f"free disk space, then continue with --resume {run}" in text and "step-000001 is intact" in text
     assert [c.name for c in ckpt.list_checkpoints(run)] == ["step-000001"]
     assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
+    assert not _open_files_under(disk)  # the half-written file's space is free again (none held open)
     step1 = snapshot(ckpt.checkpoint_dir(run, 1))
     assert ckpt.checkpoint_problem(ckpt.checkpoint_dir(run, 1)) is None
 

@@ -31,6 +31,7 @@ import errno
 import logging
 import random
 import shutil
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, field, fields
@@ -211,12 +212,24 @@ def _reported(part: str, final: Path, run_dir: Path) -> Iterator[None]:
     except Exception as exc:
         if not _is_write_failure(exc, final):
             raise
+        _release_writers(exc)
         previous = latest_checkpoint(run_dir)
         cause = write_failure_cause(exc, final.parent)
         hint = _resume_hint(run_dir, previous)
         message = describe_write_failure(exc, final.parent, f"checkpoint {final.name} ({part}) in", hint)
         code = {DISK_FULL: errno.ENOSPC, SIZE_LIMIT: errno.EFBIG}.get(cause, errno.EIO)
         raise CheckpointWriteError(code, message) from exc
+
+
+def _release_writers(exc: BaseException) -> None:
+    """Drop the local variables of the frames ``exc`` (and the exceptions it chains) passed through: a failed
+    ``torch.save`` leaves its zip writer, and with it the half-written file open, in them. Kept alive with the
+    exception, the file's space on a full disk would stay taken after the temporary directory is removed."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
 
 
 def _remove_leftovers(root: Path) -> None:
