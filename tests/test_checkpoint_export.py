@@ -63,6 +63,18 @@ def test_a_flipped_byte_in_the_weights_is_refused(runs, tmp_path, kind):
     assert export_checkpoint(ckpt.checkpoint_dir(run, 1), out) == out  # the previous one exports
 
 
+def test_grove_export_refuses_a_flipped_byte_in_the_weights(runs, tmp_path):
+    run = _copy(runs[0], tmp_path / "run")
+    step2 = ckpt.checkpoint_dir(run, 2)
+    _flip_middle(step2 / "model" / "model.safetensors")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["export", str(step2), str(out)])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert text.startswith("error:") and "does not match its checksum" in text and "Traceback" not in text
+    assert not out.exists()
+
+
 def test_truncated_weights_are_an_error_not_a_traceback(runs, tmp_path):
     run = _copy(runs[0], tmp_path / "run")
     step2 = ckpt.checkpoint_dir(run, 2)

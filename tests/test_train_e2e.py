@@ -201,7 +201,7 @@ def test_kill_9_mid_run_then_resume(tiny_model, tmp_path):
 def test_resume_of_missing_run_is_an_error(tmp_path):
     result = run_cli(["train", "examples/arithmetic.yaml", "--resume", str(tmp_path / "nothing")])
     assert result.exit_code == 2
-    assert "no such run" in result.output
+    assert "there is no run there" in " ".join(result.output.split())
 
 
 def test_bad_config_exits_2_with_key(tmp_path):

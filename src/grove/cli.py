@@ -107,8 +107,7 @@ def train(
     from grove.infra.checkpoint import CheckpointWriteError
     from grove.infra.write_failures import RunWriteError
     from grove.training.nonfinite_guard import NonFiniteTrainingError
-    from grove.training.preflight import preflight
-    from grove.training.trainer import Trainer
+    from grove.training.trainer import Trainer  # whose start-up resolves user code before the model loads
 
     # besides the user's mistakes: the run's own clear stops (a checkpoint or log that could not be written, a run
     # that kept producing NaN), whose messages say what is intact and how to go on
@@ -116,10 +115,6 @@ def train(
     resume_command = shlex.join(
         ["grove", "train", str(config), "--resume", str(cfg.output_dir), *(a for o in set_ or [] for a in ("--set", o))]
     )
-    try:
-        preflight(cfg)  # user code and model names resolve before the model loads
-    except user_errors as exc:
-        _fail(_user_message(exc))
     world = init_world(cfg.distributed.timeout_seconds, cfg.distributed.device)  # one process without torchrun
     where = f"{world.label}: " if world.distributed else ""
 
@@ -127,7 +122,9 @@ def train(
         world.close()
         _fail(message, where)
 
-    problem = _output_dir_problem(Path(cfg.output_dir)) if world.is_main else None
+    # a --resume directory that does not exist is not created here: the trainer says there is no run there
+    probe = world.is_main and (resume is None or Path(cfg.output_dir).is_dir())
+    problem = _output_dir_problem(Path(cfg.output_dir)) if probe else None
     if problem is not None:
         fail(f"output_dir {cfg.output_dir!r} is not writable: {problem}; choose another with --set output_dir=...")
     trainer = None
@@ -500,10 +497,10 @@ def export(
     checkpoint copied; loadable with AutoModelForCausalLM.from_pretrained, without grove or peft."""
     from rich.markup import escape
 
-    from grove.models.lora import export_merged
+    from grove.training.checkpoint_export import export_checkpoint
 
     try:
-        path = export_merged(checkpoint_dir, out_dir)
+        path = export_checkpoint(checkpoint_dir, out_dir)
     except (FileNotFoundError, FileExistsError, ValueError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from None

@@ -12,7 +12,6 @@ reduces gradients across ranks, and rank 0 alone writes logs, evaluations and ch
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -47,6 +46,7 @@ from grove.rollout.hf_engine import TransformersEngine
 from grove.training.nonfinite_guard import NonFiniteGuard, nonfinite_advantage_trajectories
 from grove.training.optim import build_optimizer
 from grove.training.policy_models import build_policy_models
+from grove.training.preflight import preflight
 from grove.training.run_checkpoint import (
     RunState,
     prepare_run_dir,
@@ -102,6 +102,7 @@ class Trainer:
                 f"train.prompts_per_step ({cfg.train.prompts_per_step}) is smaller than the number of processes "
                 f"({self.world.size}); each rank needs at least one prompt group: raise it or launch fewer processes"
             )
+        preflight(cfg)  # user code and model names resolve before anything is written or loaded
         start = prepare_run_dir(cfg, run_dir, self.world, resume)
         self.resume_from = start.checkpoint
         configure_runtime(**cfg.runtime_settings())
@@ -166,11 +167,9 @@ class Trainer:
         self.model.eval()
         result = None
         if self.world.is_main:
-            result = self.source.evaluate()
+            result = self.source.evaluate(step=self.step)
+            self.logger.log_eval_samples(self.step, result.samples)  # then the record, which marks it done
             self.logger.log_eval(self.step, {**result.record(), **({"final": True} if final else {})})
-            with (self.run_dir / f"eval_samples_step{self.step:06d}.jsonl").open("w") as f:
-                for s in result.samples:
-                    f.write(json.dumps(s) + "\n")
         self.world.barrier("evaluation on rank 0")
         return result
 
@@ -342,4 +341,4 @@ class Trainer:
         evals = self.logger.evals.read()  # on a resumed run the 'before' evaluation is in the log
         first = next((e for e in evals if e["step"] == 0), None)
         data = {"steps": s.steps, "seconds_this_process": s.seconds, "before": first, "after": evals[-1]}
-        (self.run_dir / "summary.json").write_text(json.dumps(data, indent=2))
+        self.logger.write_summary(data)
