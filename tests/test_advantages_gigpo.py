@@ -454,13 +454,15 @@ def test_degenerate_batches():
 
 
 def test_registration_and_params():
-    for id, model in (
-        ("gigpo", GiGPOParams),
-        ("episode_grpo", EpisodeGRPOParams),
-        ("step_discounted_return", StepReturnParams),
+    # episode_grpo compares an episode only with the others of its group; gigpo's anchor groups and the
+    # discounted-return baseline also pool the steps of one trajectory, so they do not need several copies
+    for id, model, requires in (
+        ("gigpo", GiGPOParams, {"steps"}),
+        ("episode_grpo", EpisodeGRPOParams, {"steps", "groups"}),
+        ("step_discounted_return", StepReturnParams, {"steps"}),
     ):
         entry = ADVANTAGE_ESTIMATORS.entry(id)
-        assert entry.params is model and entry.requires == frozenset({"steps"})
+        assert entry.params is model and entry.requires == frozenset(requires)
         assert "Group-in-Group Policy Optimization" in entry.paper and entry.formula and entry.reference
         assert all(f.description for f in model.model_fields.values())
     p = GiGPOParams()

@@ -11,7 +11,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.tiny_runs import TESTS, config_file, copy_run, records, run_config, same_weights, snapshot, weights
+from tests.tiny_runs import (
+    TESTS,
+    config_file,
+    copy_run,
+    finished_run,
+    records,
+    run_config,
+    same_weights,
+    snapshot,
+    weights,
+)
 from typer.testing import CliRunner
 
 from grove.cli import app
@@ -34,12 +44,7 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def straight(tiny, tmp_path_factory):
     """The uninterrupted 3-step run (a checkpoint after every step) the damaged copies are made from."""
-    import sys
-
-    sys.path.insert(0, str(TESTS))
-    out = tmp_path_factory.mktemp("straight") / "run"
-    Trainer(run_config(tiny, out, 3), out).run()
-    return out
+    return finished_run(tiny, tmp_path_factory.mktemp("straight") / "run")
 
 
 def _flip(path: Path, offset: int) -> None:

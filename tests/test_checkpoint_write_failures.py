@@ -14,7 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.tiny_runs import TESTS, config_file, records, run_config, same_weights, snapshot, weights
+from tests.tiny_runs import (
+    TESTS,
+    config_file,
+    finished_run,
+    records,
+    run_config,
+    same_weights,
+    snapshot,
+    weights,
+)
 from typer.testing import CliRunner
 
 import grove.training.trainer as trainer_module
@@ -40,10 +49,7 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def straight(tiny, tmp_path_factory):
     """The uninterrupted 3-step run; its step-2 checkpoint tells how many pages each part of a checkpoint takes."""
-    sys.path.insert(0, str(TESTS))
-    out = tmp_path_factory.mktemp("straight") / "run"
-    Trainer(run_config(tiny, out, 3), out).run()
-    return out
+    return finished_run(tiny, tmp_path_factory.mktemp("straight") / "run")
 
 
 def _mount(directory: Path, size: int) -> None:

@@ -9,7 +9,16 @@ import logging
 
 import pytest
 import yaml
-from tests.tiny_runs import TESTS, copy_run, records, run_config, same_weights, snapshot, weights
+from tests.tiny_runs import (
+    TESTS,
+    copy_run,
+    finished_run,
+    records,
+    run_config,
+    same_weights,
+    snapshot,
+    weights,
+)
 from typer.testing import CliRunner
 
 from grove.cli import app
@@ -32,12 +41,7 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def finished(tiny, tmp_path_factory):
     """A finished 3-step run (a checkpoint after every step)."""
-    import sys
-
-    sys.path.insert(0, str(TESTS))
-    out = tmp_path_factory.mktemp("finished") / "run"
-    Trainer(run_config(tiny, out, 3), out).run()
-    return out
+    return finished_run(tiny, tmp_path_factory.mktemp("finished") / "run")
 
 
 def _resume(run, *sets: str):

@@ -107,8 +107,8 @@ def test_outcome_estimators_declare_groups_exactly_when_their_advantages_depend_
     lengths = [4, 3, 4, 2, 4, 1, 3, 4]
     pairs, quads = make_test_batch([0, 0, 1, 1, 2, 2, 3, 3], lengths), make_test_batch([0, 0, 0, 0, 1, 1, 1, 1], lengths)
     for entry in ADVANTAGE_ESTIMATORS:
-        if {"steps", "greedy_baseline"} & entry.requires:
-            continue
+        if {"steps", "greedy_baseline"} & entry.requires or not entry.fn.__module__.startswith("grove."):
+            continue  # grove's own outcome estimators (tests register examples of their own)
         params = entry.params(k=2) if entry.id == "passk_analytic" else entry.params()
         by_pairs = run_estimator(entry.fn, pairs, scores, params).advantages
         by_quads = run_estimator(entry.fn, quads, scores, params).advantages

@@ -34,6 +34,17 @@ def run_config(model: Path, out: Path, steps: int, **extra) -> GroveConfig:
     return load_config(None, [f"{k}={v}" for k, v in settings(model, out, steps, **extra).items()])
 
 
+def finished_run(model: Path, out: Path, steps: int = 3, **extra) -> Path:
+    """``out`` after an uninterrupted tiny run of ``steps`` steps (a checkpoint after every step)."""
+    import sys
+
+    from grove.training.trainer import Trainer
+
+    sys.path.insert(0, str(TESTS))  # the run's user reward
+    Trainer(run_config(model, out, steps, **extra), out).run()
+    return out
+
+
 def config_file(path: Path, model: Path, out: Path, steps: int, **extra) -> Path:
     """The same run as a YAML file for ``grove train``."""
     path.write_text(dump_config(run_config(model, out, steps, **extra)))
