@@ -181,6 +181,11 @@ def test_each_library_s_full_disk_error_is_recognised(tmp_path):
                 write(target)
             assert write_failure_cause(info.value, target) == DISK_FULL, repr(info.value)
             target.unlink(missing_ok=True)
+        # torch.save's other cause-less wording: read as a full disk only when the disk is (nearly) full
+        stream_error = RuntimeError("[enforce fail at inline_container.cc:604] . basic_ios::clear: iostream error")
+        assert write_failure_cause(stream_error, disk.path / "file") == DISK_FULL
+        disk.grow()
+        assert write_failure_cause(stream_error, disk.path / "file") is None
     finally:
         disk.close()
 

@@ -27,8 +27,9 @@ _NEARLY_FULL_BYTES = 32 * 2**20
 
 _FULL_TEXTS = ("no space left", "os error 28", "storagefull", "disk quota exceeded", "os error 122")
 _SIZE_TEXTS = ("file too large", "os error 27", "filetoolarge")
-# torch.save's stream writer reports a short write without its errno
-_UNEXPLAINED_WRITE_TEXTS = ("unexpected pos", "file write failed", "pytorchstreamwriter")
+# torch.save's stream writer reports a short write without its errno ("unexpected pos", or the C++ stream's own
+# "basic_ios::clear: iostream error", depending on where in the archive the disk fills)
+_UNEXPLAINED_WRITE_TEXTS = ("unexpected pos", "file write failed", "pytorchstreamwriter", "iostream error")
 
 
 class RunWriteError(OSError):
