@@ -379,6 +379,16 @@ def test_failing_reward_function_is_a_user_error(tmp_path, tiny_model):
                "in batch_only_failure")
 
 
+def test_a_reward_failing_in_an_evaluation_names_which_evaluation(tmp_path, tiny_model):
+    before = train(tmp_path, tiny_model, rewards="[{id: 'user_rewards:wrong_length'}]",
+                   **{"eval.before_training": True})
+    message = user_error(before, "reward 'wrong_length' in the evaluation before training")
+    assert "step -1" not in message
+    outside = evaluate(tiny_model, "--set", "task={id: arithmetic, train_size: 4, eval_size: 2}",
+                       "--set", "rewards=[{id: 'user_rewards:wrong_length'}]", "--set", "rollout.max_new_tokens=2")
+    assert "step -1" not in user_error(outside, "reward 'wrong_length' in evaluation")
+
+
 def test_real_bugs_still_raise(tmp_path, tiny_model, monkeypatch):
     from grove.training.trainer import Trainer
 
