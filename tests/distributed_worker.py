@@ -10,6 +10,7 @@ writes the final gradients (gathered in full) next to the run's checkpoints.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import zlib
@@ -89,6 +90,8 @@ def main(spec_path: str) -> None:
         if world.is_main:
             torch.save(grads, Path(cfg.output_dir) / "final_grads.pt")
         world.barrier("test case done")
+        del trainer  # no DDP / FSDP2 module may outlive the process group (PyTorch aborts the rank at exit)
+        gc.collect()
     world.close()
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shlex
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -118,8 +120,21 @@ def train(
     world = init_world(cfg.distributed.timeout_seconds, cfg.distributed.device)  # one process without torchrun
     where = f"{world.label}: " if world.distributed else ""
 
-    def fail(message: str) -> NoReturn:
-        world.close()
+    trainer = None
+
+    def leave(exc: BaseException | None = None, together: bool = False) -> None:
+        """Leave the process group with nothing distributed left alive: PyTorch aborts a rank at exit ("terminate
+        called without an active exception") when a DDP or FSDP2 module or its optimizer outlives the group."""
+        nonlocal trainer
+        if world.distributed:
+            trainer = None
+            if exc is not None:  # the traceback's frames hold the trainer too
+                traceback.clear_frames(exc.__traceback__)
+            gc.collect()
+        world.close(together)
+
+    def fail(message: str, exc: BaseException | None = None) -> NoReturn:
+        leave(exc)
         _fail(message, where)
 
     # a --resume directory that does not exist is not created here: the trainer says there is no run there
@@ -127,25 +142,25 @@ def train(
     problem = _output_dir_problem(Path(cfg.output_dir)) if probe else None
     if problem is not None:
         fail(f"output_dir {cfg.output_dir!r} is not writable: {problem}; choose another with --set output_dir=...")
-    trainer = None
     try:
         trainer = Trainer(cfg, Path(cfg.output_dir), resume=resume is not None, world=world)
         if trainer.resume_from is not None and world.is_main:
             err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
         summary = trainer.run()
     except user_errors as exc:
-        fail(_user_message(exc))
+        fail(_user_message(exc), exc)
     except (KeyboardInterrupt, SystemExit) as exc:  # a second signal, a Ctrl-C outside the loop, user code exiting
-        world.close()
-        _stopped_early(exc, trainer, Path(cfg.output_dir), resume_command, where)
+        step = None if trainer is None else trainer.step
+        leave(exc)
+        _stopped_early(exc, step, Path(cfg.output_dir), resume_command, where)
     except Exception as exc:
         full = _unreported_write_failure(exc, Path(cfg.output_dir))
         if full is not None:  # a write outside the run's own files (a cache, a library's file) met a full disk
-            fail(full)
+            fail(full, exc)
         if world.distributed:  # say which rank failed, before the traceback torchrun collects
             err.print(f"[red]error:[/red] {escape(f'{where}{type(exc).__name__}: {exc}')}", highlight=False)
         raise
-    world.close()
+    leave(together=True)  # every rank finished (or stopped after the same step)
     if summary.stopped_by is not None:  # SIGTERM / Ctrl-C: stopped after a step, with a checkpoint
         import signal
 
@@ -179,7 +194,7 @@ def _unreported_write_failure(exc: BaseException, run_dir: Path) -> str | None:
 
 
 def _stopped_early(
-    exc: KeyboardInterrupt | SystemExit, trainer, run_dir: Path, resume_command: str, where: str
+    exc: KeyboardInterrupt | SystemExit, step: int | None, run_dir: Path, resume_command: str, where: str
 ) -> NoReturn:
     """Say that the run stopped before its last step, where, what is saved and how to go on; exit non-zero (a
     scheduler must never read an unfinished run as finished)."""
@@ -188,12 +203,12 @@ def _stopped_early(
     from grove.infra.checkpoint import list_checkpoints
     from grove.user_code import ImmediateStop
 
-    if trainer is None:
+    if step is None:
         when = "during start-up"
-    elif trainer.step == 0:
+    elif step == 0:
         when = "before the first training step"
     else:
-        when = f"during step {trainer.step}"
+        when = f"during step {step}"
     saved = list_checkpoints(run_dir)
     if saved:
         state = f"the last checkpoint is {saved[-1].name}; continue with:\n  {resume_command}"

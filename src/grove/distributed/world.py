@@ -153,8 +153,13 @@ class World:
     def _comm_device(self) -> torch.device:
         return self.device if self.backend == "nccl" else torch.device("cpu")
 
-    def close(self) -> None:
+    def close(self, together: bool = False) -> None:
+        """Leave the process group. ``together`` (a run that ended normally on every rank): first meet the other
+        ranks, so that no rank tears its connections down while another still uses them (gloo aborts a rank whose
+        peer vanished mid-exchange). Failure paths leave at once: the other ranks may be gone."""
         if self.distributed and dist.is_initialized():
+            if together:
+                self.barrier("end of the run")
             dist.destroy_process_group()
 
 
