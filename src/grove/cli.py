@@ -7,7 +7,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -17,6 +16,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from grove.command_failures import (
+    early_stop,
+    output_dir_problem,
+    unreported_write_failure,
+    user_error_types,
+    user_message,
+)
 from grove.config import ConfigError, GroveConfig, dump_config, load_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Group-relative RL for language models.")
@@ -31,10 +37,11 @@ SetOption = Annotated[
 ]
 
 
-def _fail(message: str, where: str = "") -> NoReturn:
-    """Print a user mistake as ``error: ...`` (the text verbatim, never read as rich markup) and exit with 2."""
+def _fail(message: str, where: str = "", code: int = 2) -> NoReturn:
+    """Print ``error: ...`` (the text verbatim, never read as rich markup) and exit with ``code`` (2: a mistake to
+    fix; a stopped run has its own codes)."""
     err.print(f"[red]error:[/red] {escape(where + message)}", highlight=False)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
 def _load(config: Path | None, overrides: list[str] | None) -> GroveConfig:
@@ -42,54 +49,6 @@ def _load(config: Path | None, overrides: list[str] | None) -> GroveConfig:
         return load_config(config, overrides or [])
     except ConfigError as exc:
         _fail(str(exc))
-
-
-def _user_errors() -> tuple[type[Exception], ...]:
-    """The exception types that are the user's mistakes (a config, data file, model directory, prompt length or
-    reward function): printed as ``error: ...`` with exit code 2. Anything else is a bug and keeps its traceback."""
-    from grove.experience.env_failures import EnvironmentFailedError
-    from grove.experience.step_results import MalformedEnvironmentResult
-    from grove.infra.write_failures import RunWriteError
-    from grove.models.pretrained import ModelLoadError
-    from grove.rewards.scoring import RewardFunctionError, RewardLoadError
-    from grove.rollout.engine import PromptTooLongError
-    from grove.tasks.task import TaskDataError
-    from grove.user_code import UserCodeExit
-
-    return ConfigError, ModelLoadError, TaskDataError, PromptTooLongError, RewardFunctionError, RewardLoadError, \
-        UserCodeExit, RunWriteError, EnvironmentFailedError, MalformedEnvironmentResult
-
-
-def _user_message(exc: Exception) -> str:
-    """The error's message; for a reward function that raised, plus where in the user's code."""
-    import traceback
-
-    from grove.rewards.scoring import RewardFunctionError
-
-    text = str(exc)
-    cause = exc.__cause__
-    while cause is not None and cause.__cause__ is not None and cause.__cause__.__traceback__ is not None:
-        cause = cause.__cause__  # e.g. the SystemExit behind a UserCodeExit: the user's own line
-    if isinstance(exc, RewardFunctionError) and cause is not None and cause.__traceback__ is not None:
-        frame = traceback.extract_tb(cause.__traceback__)[-1]
-        text += f" (raised at {frame.filename}:{frame.lineno}, in {frame.name})"
-    return text
-
-
-def _output_dir_problem(path: Path) -> str | None:
-    """Why ``path`` cannot hold a run (``None``: it can): create it, write and remove a probe file."""
-    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        return f"{blocker} is a file, not a directory"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".grove-write-test-", dir=path)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        return reason if not exc.filename or str(exc.filename) == str(path) else f"{reason}: {exc.filename}"
-    return None
 
 
 @app.command()
@@ -106,14 +65,13 @@ def train(
         overrides.append(f"output_dir={json.dumps(str(resume))}")  # quoted: the path is a string, not YAML
     cfg = _load(config, overrides)
     from grove.distributed.world import init_world
-    from grove.infra.checkpoint import CheckpointWriteError
     from grove.infra.write_failures import RunWriteError
     from grove.training.nonfinite_guard import NonFiniteTrainingError
     from grove.training.trainer import Trainer  # whose start-up resolves user code before the model loads
 
-    # besides the user's mistakes: the run's own clear stops (a checkpoint or log that could not be written, a run
-    # that kept producing NaN), whose messages say what is intact and how to go on
-    user_errors = (*_user_errors(), CheckpointWriteError, RunWriteError, NonFiniteTrainingError)
+    # besides the user's mistakes (a checkpoint or log that could not be written among them): a run that kept
+    # producing NaN, whose message names the last good checkpoint
+    user_errors = (*user_error_types(), NonFiniteTrainingError)
     resume_command = shlex.join(
         ["grove", "train", str(config), "--resume", str(cfg.output_dir), *(a for o in set_ or [] for a in ("--set", o))]
     )
@@ -139,7 +97,7 @@ def train(
 
     # a --resume directory that does not exist is not created here: the trainer says there is no run there
     probe = world.is_main and (resume is None or Path(cfg.output_dir).is_dir())
-    problem = _output_dir_problem(Path(cfg.output_dir)) if probe else None
+    problem = output_dir_problem(Path(cfg.output_dir)) if probe else None
     if problem is not None:
         fail(f"output_dir {cfg.output_dir!r} is not writable: {problem}; choose another with --set output_dir=...")
     try:
@@ -148,13 +106,14 @@ def train(
             err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
         summary = trainer.run()
     except user_errors as exc:
-        fail(_user_message(exc), exc)
+        fail(user_message(exc), exc)
     except (KeyboardInterrupt, SystemExit) as exc:  # a second signal, a Ctrl-C outside the loop, user code exiting
         step = None if trainer is None else trainer.step
         leave(exc)
-        _stopped_early(exc, step, Path(cfg.output_dir), resume_command, where)
+        message, code = early_stop(exc, step, Path(cfg.output_dir), resume_command)
+        _fail(message, where, code)
     except Exception as exc:
-        full = _unreported_write_failure(exc, Path(cfg.output_dir))
+        full = unreported_write_failure(exc, Path(cfg.output_dir))
         if full is not None:  # a write outside the run's own files (a cache, a library's file) met a full disk
             fail(full, exc)
         if world.distributed:  # say which rank failed, before the traceback torchrun collects
@@ -180,56 +139,6 @@ def train(
             err.print(f"[yellow]warning:[/yellow] {escape(str(exc))}", highlight=False)
             plots = []
         _print_summary(summary.run_dir, plots)
-
-
-def _unreported_write_failure(exc: BaseException, run_dir: Path) -> str | None:
-    """The message for a full disk or a file-size limit met by a write grove does not wrap itself (a cache, a
-    library's own file); ``None`` for any other exception."""
-    from grove.infra.write_failures import describe_write_failure, write_failure_cause
-
-    path = Path(getattr(exc, "filename", None) or run_dir)
-    if write_failure_cause(exc, path) is None:
-        return None
-    return describe_write_failure(exc, path, "a file", f"start again with --resume {run_dir}")
-
-
-def _stopped_early(
-    exc: KeyboardInterrupt | SystemExit, step: int | None, run_dir: Path, resume_command: str, where: str
-) -> NoReturn:
-    """Say that the run stopped before its last step, where, what is saved and how to go on; exit non-zero (a
-    scheduler must never read an unfinished run as finished)."""
-    import signal
-
-    from grove.infra.checkpoint import list_checkpoints
-    from grove.user_code import ImmediateStop
-
-    if step is None:
-        when = "during start-up"
-    elif step == 0:
-        when = "before the first training step"
-    else:
-        when = f"during step {step}"
-    saved = list_checkpoints(run_dir)
-    if saved:
-        state = f"the last checkpoint is {saved[-1].name}; continue with:\n  {resume_command}"
-    elif (run_dir / "config.yaml").exists():
-        state = f"no checkpoint was written yet; start it over in the same directory with:\n  {resume_command}"
-    else:
-        state = "nothing was saved yet; start it again with the same command"
-    if isinstance(exc, ImmediateStop):
-        what, code = f"{exc.signal_name} received a second time: stopped at once", 128 + signal.Signals[
-            exc.signal_name].value
-    elif isinstance(exc, KeyboardInterrupt):
-        what, code = "interrupted (Ctrl-C or KeyboardInterrupt)", 128 + signal.SIGINT.value
-    else:
-        exit_code = exc.code
-        what = (
-            f"the run ended early: sys.exit({exit_code!r}) was called (by user code outside a reward or an "
-            "environment step, which must return or raise instead)"
-        )
-        code = exit_code if isinstance(exit_code, int) and exit_code not in (0, 2) else 1
-    err.print(f"[red]error:[/red] {escape(f'{where}{what} {when}; {state}')}", highlight=False)
-    raise typer.Exit(code)
 
 
 def _print_summary(run_dir: Path, plots: list[Path]) -> None:
@@ -288,7 +197,7 @@ def eval_(
     configure_runtime(**cfg.runtime_settings())
     _print_precision_warning(cfg.train.precision, False, "cpu")  # generation under the precision's autocast
     model = model or cfg.model.name
-    user_errors = _user_errors()
+    user_errors = user_error_types()
     try:
         policy, tokenizer = load_policy(model)
     except (FileNotFoundError, ValueError) as exc:  # ModelLoadError is a ValueError
@@ -298,7 +207,7 @@ def eval_(
         source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
         result = source.evaluate()
     except user_errors as exc:
-        _fail(_user_message(exc))
+        _fail(user_message(exc))
     target = f"env {cfg.env.id}" if cfg.source_id == "environment" else cfg.task.id
     extra = "".join(f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate" and "/" not in k)
     console.print(f"{model} on {target}: {result.report}{extra}  ({result.seconds:.1f}s)")
@@ -362,8 +271,8 @@ def config_show(
 
     try:
         preflight(cfg)
-    except _user_errors() as exc:
-        _fail(_user_message(exc))
+    except user_error_types() as exc:
+        _fail(user_message(exc))
     if cfg.algorithm.preset:
         import yaml
 
@@ -390,8 +299,8 @@ def config_show(
     if memory:
         try:
             _print_memory_plan(cfg, processes)
-        except _user_errors() as exc:
-            _fail(_user_message(exc))
+        except user_error_types() as exc:
+            _fail(user_message(exc))
 
 
 def _run_device(cfg: GroveConfig) -> str:
