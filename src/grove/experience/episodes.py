@@ -180,10 +180,14 @@ class EpisodeRun:
     environment_seconds: float
     generated_tokens: int
     environment_steps: int
-    errors: int
+    error_kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     prompt_tokens: int = 0  # context tokens of every turn's generate call
     prompt_tokens_reused: int = 0  # of those, taken from the engine's cache (rollout.prefix_reuse)
-    error_kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
+
+    @property
+    def errors(self) -> int:
+        """Trajectories an environment failure ended (every kind)."""
+        return sum(self.error_kinds.values())
 
     @property
     def context_overflows(self) -> int:
@@ -219,10 +223,6 @@ class _Failures:
         traj.error = report_failure(self.env_name, exc, where)
         traj.error_kind = error_kind(exc)
         self.kinds[traj.error_kind] += 1
-
-    @property
-    def total(self) -> int:
-        return sum(self.kinds.values())
 
 
 def run_episodes(
@@ -373,6 +373,5 @@ def _play(
     for traj, prompter in zip(trajectories, prompters, strict=True):
         traj.samples = prompter.samples() if traj.turns else []
     return EpisodeRun(
-        trajectories, gen_seconds, env_seconds, tokens, env_steps, failures.total, prompt_tokens, reused_tokens,
-        dict(failures.kinds),
+        trajectories, gen_seconds, env_seconds, tokens, env_steps, dict(failures.kinds), prompt_tokens, reused_tokens
     )
