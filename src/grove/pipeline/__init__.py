@@ -3,7 +3,8 @@
 In order (the trainer calls them; none branches on the algorithm):
 
 * :mod:`~grove.pipeline.collect`: prompts → completions → rewards → batch → advantages (DAPO dynamic
-  sampling, overlong filtering and penalty, KL in the reward);
+  sampling, overlong filtering and penalty, KL in the reward), with :mod:`~grove.pipeline.round_scores` for what
+  can be wrong with a round's scores (samples no reward applies to, an overflowing weighted sum);
 * :mod:`~grove.pipeline.downsampling`: D^3S — the max-``Var(A)`` rollouts before the update, the top
   ``|A|·H`` tokens inside it;
 * :mod:`~grove.pipeline.rollout_correction`: TIS / MIS importance weights for the rollout-vs-training mismatch;

@@ -30,8 +30,6 @@ on the whole step's batch, so batch-level statistics equal their single-process 
 from __future__ import annotations
 
 import dataclasses
-import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -47,20 +45,12 @@ from grove.core.shaping import soft_overlong_penalty
 from grove.core.token_ops import row_mean
 from grove.distributed.batch_exchange import gather_batch
 from grove.distributed.world import World
-from grove.rewards.scoring import (
-    RewardFunctionError,
-    RewardSpec,
-    compute_rewards,
-    reward_columns,
-    sample_detail,
-)
-from grove.rewards.values import FLOAT32_MAX
+from grove.pipeline.round_scores import RoundScores, check_weighted_sums, nothing_to_train_on, say_left_out
+from grove.rewards.scoring import RewardFunctionError, RewardSpec, compute_rewards, reward_columns
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 from grove.tasks.task import Example, columns_for_rewards
 
 OVERLONG_REWARD = "overlong_penalty"
-
-log = logging.getLogger("grove.rewards")  # with the rewards' own failure reports
 
 #: draws the next ``count`` training examples and their prompt token ids
 PromptSource = Callable[[int], tuple[list[Example], list[list[int]]]]
@@ -119,33 +109,18 @@ class _Round:
     tokens: int
 
 
-@dataclass(frozen=True)
-class _Scored:
-    """A round's scores: ``rewards [M, K]`` (NaN: does not apply), the columns' names and weights, the prompt
-    texts, and ``unscorable [M]``: samples no weighted column applies to (every weighted reward returned ``None``
-    for them, or failed on them with ``on_error: skip``), which cannot be scored. ``skipped``: the samples some
-    reward with ``on_error: skip`` failed on."""
-
-    rewards: Tensor
-    names: list[str]
-    weights: list[float]
-    prompts: list[str]
-    unscorable: Tensor
-    skipped: frozenset[int]
-
-
 def _score(
     out: RolloutOutput,
     examples: list[Example],
     s: ExperienceSettings,
     step: int,
     stats: dict[str, float] | None = None,
-) -> _Scored:
+) -> RoundScores:
     """Score an engine output with every reward (their failure counts are added to ``stats``).
 
     Raises:
         RewardFunctionError: a reward failed with ``on_error: raise``, or a sample's weighted rewards overflow
-            float32 (:func:`_check_weighted_sums`).
+            float32 (:func:`grove.pipeline.round_scores.check_weighted_sums`).
     """
     rows = [examples[i] for i in out.prompt_index.tolist()]
     prompts = [e.prompt_text for e in rows]
@@ -167,33 +142,8 @@ def _score(
         names.append(OVERLONG_REWARD)
         weights.append(1.0)
         unscorable[:] = False  # the overlong column applies to every sample
-    _check_weighted_sums(rewards, names, weights, prompts, out.texts, step)
-    return _Scored(rewards, names, weights, prompts, unscorable, frozenset(skipped))
-
-
-def _check_weighted_sums(
-    rewards: Tensor, names: Sequence[str], weights: Sequence[float], prompts: list[str], texts: list[str], step: int
-) -> None:
-    """Raise :class:`RewardFunctionError` when some sample's weighted rewards ``Σ_k |w_k r_k|`` exceed float32's
-    range: every value fits float32 (the rewards' check), but their weighted sum (in whatever order an aggregator
-    adds them) could become ±inf, and a NaN/inf score would only surface steps later as skipped updates."""
-    w = torch.tensor(weights, dtype=torch.float64)
-    magnitude = torch.nansum((rewards.double() * w).abs(), dim=1)
-    over = (magnitude > FLOAT32_MAX).nonzero().flatten()
-    if not len(over):
-        return
-    i = int(over[0])
-    terms = ", ".join(
-        f"{name} {value:g} × weight {weight:g}"
-        for name, value, weight in zip(names, rewards[i].tolist(), weights, strict=True)
-        if weight != 0 and not math.isnan(value)
-    )
-    raise RewardFunctionError(
-        f"step {step}: the weighted rewards of sample {i} ({terms}) add up to {float(magnitude[i]):g} in "
-        f"magnitude, beyond float32's largest value {FLOAT32_MAX:.4g}: the combined reward would be ±inf "
-        f"({len(over)} sample(s) of the round); scale these rewards or their weights down; "
-        f"{sample_detail(prompts, texts, i)}"
-    )
+    check_weighted_sums(rewards, names, weights, prompts, out.texts, step)
+    return RoundScores(rewards, names, weights, prompts, unscorable, frozenset(skipped))
 
 
 def aggregate(batch: RolloutBatch, s: ExperienceSettings):
@@ -253,57 +203,10 @@ def _sample_round(
         stats["reward_excluded_samples"] = stats.get("reward_excluded_samples", 0.0) + float(unscorable.sum())
     if bool(unscorable.any()):  # no weighted reward applies to them: leave them out of the step
         if bool(unscorable.all()):
-            raise RewardFunctionError(_nothing_to_train_on(s, scored, step))
-        _say_left_out(s, scored, step)
+            raise RewardFunctionError(nothing_to_train_on(s.rewards, scored, step))
+        say_left_out(s.rewards, s.notices, scored, step)
         batch = batch.select((~unscorable).nonzero().flatten())
     return _Round(batch, seconds, tokens)
-
-
-def _weighted_reward_names(s: ExperienceSettings) -> str:
-    """The rewards with a weighted column, quoted, for messages: ``'a', 'b'``."""
-    return ", ".join(repr(r.name) for r in s.rewards if any(w != 0 for w in r.column_weights))
-
-
-def _nothing_to_train_on(s: ExperienceSettings, scored: _Scored, step: int) -> str:
-    n = int(scored.unscorable.numel())
-    if not any(w != 0 for w in scored.weights):
-        return (
-            f"step {step}: every reward has weight 0 (logged only), so none of the {n} samples of the round can be "
-            f"scored; give at least one reward (or objective) a non-zero weight"
-        )
-    failed = len(scored.skipped)
-    skip = (
-        "skipped by a failing reward (on_error: skip; its first failure is logged on 'grove.rewards'; on_error: "
-        "zero trains on them with reward 0)"
-    )
-    none = f"the weighted rewards ({_weighted_reward_names(s)}) returned None ('does not apply') for every objective"
-    if failed == n:
-        cause = f"every sample was {skip} and no other weighted reward applies to it"
-    elif failed:
-        cause = f"{failed} samples were {skip}, and for the other {n - failed} {none}"
-    else:
-        cause = (
-            f"{none}; a sample needs at least one weighted reward that applies to it (return a number, e.g. 0.0, "
-            f"where the reward should count)"
-        )
-    return f"step {step}: no weighted reward applies to any of the {n} samples of the round ({cause}); nothing to train on"
-
-
-def _say_left_out(s: ExperienceSettings, scored: _Scored, step: int) -> None:
-    """Warn, once per run, that samples no weighted reward applies to are left out (failures under
-    ``on_error: skip`` are already reported by the rewards themselves)."""
-    unscorable = scored.unscorable.nonzero().flatten().tolist()
-    returned_none = [i for i in unscorable if i not in scored.skipped]
-    if not returned_none or "left_out" in s.notices:
-        return
-    s.notices.add("left_out")
-    log.warning(
-        "step %d: %d of %d samples are left out of the step: the weighted rewards (%s) returned None ('does not "
-        "apply') for every objective of them, so they cannot be scored; they are not trained on and their groups "
-        "are normalised over their other samples. Counted per step in the metric reward_excluded_samples; this "
-        "warning is not repeated.",
-        step, len(returned_none), scored.unscorable.numel(), _weighted_reward_names(s),
-    )
 
 
 def _reward_only_batch(rewards: Tensor, names: list[str], weights: list[float]) -> RolloutBatch:
