@@ -17,7 +17,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["DISK_FULL", "SIZE_LIMIT", "RunWriteError", "reporting_write_failures", "write_failure_cause"]
+__all__ = [
+    "DISK_FULL",
+    "SIZE_LIMIT",
+    "RunWriteError",
+    "describe_write_failure",
+    "reporting_write_failures",
+    "write_failure_cause",
+]
 
 DISK_FULL = "the disk is full"
 SIZE_LIMIT = "a file reached the file-size limit (ulimit -f)"

@@ -37,15 +37,12 @@ def preflight(cfg: GroveConfig) -> None:
 
 
 def _check_rewards(cfg: GroveConfig) -> None:
-    from grove.rewards.scoring import RewardLoadError, resolve_reward
+    from grove.rewards.scoring import RewardLoadError, resolve_rewards
 
-    for i, r in enumerate(cfg.rewards):
+    for i, reward in enumerate(cfg.rewards):
         try:
-            with user_code(f"importing reward {r.id!r}"):
-                resolve_reward(
-                    r.id, r.params, r.weight, r.display_name, r.objectives, r.objective_weights,
-                    on_error=r.on_error, isolation=r.isolation, timeout_s=r.timeout_s,
-                )
+            with user_code(f"importing reward {reward.id!r}"):
+                resolve_rewards([reward])  # as the run resolves it (its worker, if any, starts at the first call)
         except (RewardLoadError, UserCodeExit) as exc:
             raise ConfigError(f"rewards.{i}: {exc}") from None
 
