@@ -27,6 +27,12 @@ class ModelConfig(Section):
     lora: LoraSettings | None = Field(
         None, description="LoRA adapters via peft ({r, alpha, target_modules, dropout}); null = full fine-tuning."
     )
+    init_from: str | None = Field(
+        None,
+        description="Start from the weights another run produced: a run directory (its final model/, else its newest "
+        "intact checkpoint), a checkpoint directory, or a model directory. model.name is the base model; a LoRA "
+        "adapter is merged into it. The reference policy (KL) is this starting model.",
+    )
 
 
 class RewardConfig(ComponentSpec):

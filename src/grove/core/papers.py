@@ -50,6 +50,7 @@ GIGPO = "Group-in-Group Policy Optimization for LLM Agent Training (Feng et al.,
 
 # policy losses
 PPO = "Proximal Policy Optimization Algorithms (Schulman et al., 2017)"
+SFT = "Training language models to follow instructions with human feedback (Ouyang et al., 2022), supervised fine-tuning stage"
 DAPO = "DAPO: An Open-Source LLM Reinforcement Learning System at Scale (Yu et al., 2025)"
 DUAL_CLIP = "Mastering Complex Control in MOBA Games with Deep Reinforcement Learning (Ye et al., 2020)"
 GSPO = "Group Sequence Policy Optimization (Zheng et al., 2025)"

@@ -2,7 +2,8 @@
 training module around it (DDP / FSDP2 when launched on several ranks), the reference policy, and the weights
 generation runs on; plus loading them from and writing them to a checkpoint.
 
-* Policy: ``model.name``, with ``model.lora`` adapters (peft) when set; checkpoint weights are loaded into it
+* Policy: ``model.name`` (or the run ``model.init_from`` names: :mod:`grove.models.initial_weights`), with
+  ``model.lora`` adapters (peft) when set; checkpoint weights are loaded into it
   *before* it is wrapped, so every strategy starts from the same full tensors.
 * Training module: :class:`grove.models.logprob_module.ResponseLogprobModule` around the policy, wrapped by
   :func:`grove.distributed.strategies.wrap_for_training`.
@@ -33,6 +34,7 @@ from grove.distributed.world import World
 from grove.infra import checkpoint as ckpt
 from grove.models.compiled_layers import CompileUnavailable, compile_decoder_layers
 from grove.models.forward import response_logprobs
+from grove.models.initial_weights import policy_source
 from grove.models.logprob_module import ResponseLogprobModule
 from grove.models.lora import adapters_disabled, apply_lora, load_adapter_weights, save_adapter
 from grove.models.pretrained import load_policy
@@ -138,10 +140,11 @@ def set_activation_checkpointing(causal_lm: nn.Module, enabled: bool) -> None:
 
 def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None) -> PolicyModels:
     dtype = getattr(torch, cfg.model.dtype)
-    causal_lm, tokenizer = load_policy(cfg.model.name, dtype=dtype)
+    source = policy_source(cfg.model.name, cfg.model.init_from)
+    causal_lm, tokenizer = load_policy(source, dtype=dtype)
     lora = cfg.model.lora is not None
     if lora:
-        causal_lm = apply_lora(causal_lm, cfg.model.lora, base_name=cfg.model.name)
+        causal_lm = apply_lora(causal_lm, cfg.model.lora, base_name=source)
     if resume_from is not None:
         _load_checkpoint_weights(causal_lm, resume_from, lora, cfg.model.name)
     if cfg.train.activation_checkpointing:  # recompute each layer in backward (generation runs in eval: no effect)
@@ -170,7 +173,7 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
         if lora:
             reference = train_module
         else:
-            ref_lm, _ = load_policy(cfg.model.name, dtype=dtype)
+            ref_lm, _ = load_policy(source, dtype=dtype)
             reference = ResponseLogprobModule(ref_lm).eval().requires_grad_(False).to(world.device)
             if sharded:
                 reference = shard_fully(reference, world)

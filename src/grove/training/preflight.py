@@ -9,6 +9,7 @@ mistake costs seconds rather than a model load and comes out as one ``error:`` l
   ``params``, a registered reward's parameters validate, a reward under ``isolation: process`` pickles);
 * a user environment factory (``env.id: package.module:factory``) imports and builds its suite from
   ``env.params`` (a registered environment's parameters were validated with the config);
+* ``model.init_from`` designates a run, checkpoint or model directory (:mod:`grove.models.initial_weights`);
 * ``model.name`` resolves to a model directory, and ``model.lora.target_modules`` each match a module of that
   model (checked on a weightless copy built from its ``config.json``).
 
@@ -28,12 +29,31 @@ __all__ = ["preflight"]
 
 def preflight(cfg: GroveConfig) -> None:
     """Raise :class:`ConfigError` naming the key for the first mistake found (see the module docstring)."""
+    if cfg.model.init_from is not None:
+        _check_init_from(cfg)
     if cfg.source_id == "completions":
         _check_rewards(cfg)
     if cfg.env is not None and ":" in cfg.env.id:
         _check_user_environment(cfg)
     if cfg.model.lora is not None:
         _check_lora_targets(cfg)
+
+
+def _check_init_from(cfg: GroveConfig) -> None:
+    from grove.models.initial_weights import initial_model_dir
+    from grove.models.pretrained import ModelLoadError
+
+    try:
+        initial_model_dir(cfg.model.init_from)
+    except ModelLoadError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _policy_path(cfg: GroveConfig) -> Any:
+    from grove.models.initial_weights import policy_source
+    from grove.models.pretrained import resolve_model_path
+
+    return resolve_model_path(policy_source(cfg.model.name, cfg.model.init_from))
 
 
 def _check_rewards(cfg: GroveConfig) -> None:
@@ -69,10 +89,8 @@ def _tokenizer(cfg: GroveConfig) -> Any:
     ``None`` where it cannot be read here (the model load then reports why)."""
     from transformers import AutoTokenizer
 
-    from grove.models.pretrained import resolve_model_path
-
     try:
-        return AutoTokenizer.from_pretrained(resolve_model_path(cfg.model.name), local_files_only=True)
+        return AutoTokenizer.from_pretrained(_policy_path(cfg), local_files_only=True)
     except Exception:  # noqa: BLE001 - not this check's to report
         return None
 
@@ -82,12 +100,11 @@ def _check_lora_targets(cfg: GroveConfig) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from grove.models.lora import adapter_parameter_count
-    from grove.models.pretrained import resolve_model_path
 
     lora = cfg.model.lora
     assert lora is not None
     try:
-        config = AutoConfig.from_pretrained(resolve_model_path(cfg.model.name), local_files_only=True)
+        config = AutoConfig.from_pretrained(_policy_path(cfg), local_files_only=True)
     except Exception:  # noqa: BLE001 - an unreadable model is the model load's to report, with its own message
         return
     with torch.device("meta"):  # the module tree without weights

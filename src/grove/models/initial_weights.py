@@ -1,0 +1,82 @@
+"""``model.init_from``: where a run's policy starts when it continues another run's weights.
+
+The usual agent recipe is a supervised warm start (``grove sft``) and then RL (``grove train``) from its result. The
+RL config names the warm-start run with ``model.init_from``, which may be:
+
+* a run directory: its final ``model/`` (``grove sft`` writes one, merged when it trained LoRA adapters), else its
+  newest intact checkpoint (:func:`grove.infra.checkpoint.find_loadable`);
+* a checkpoint directory (``RUN/checkpoints/step-N``) or its ``model/``;
+* any transformers model directory.
+
+A LoRA adapter is merged into its base model once (:func:`grove.models.lora.export_merged`) and the merged model is
+cached under the grove cache (``merged/<hash of the adapter>``), so the new run starts from full weights (and may
+put new adapters on them). The run's reference policy, for the KL term, is this starting model: RL regularises
+towards the warm start, as DeepSeek-R1's RL stages regularise towards their cold-start checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from grove.infra import checkpoint as ckpt
+from grove.models.pretrained import ModelLoadError, grove_cache_dir
+
+__all__ = ["initial_model_dir", "policy_source"]
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def _is_model_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() or (path / ADAPTER_CONFIG).is_file()
+
+
+def initial_model_dir(init_from: str) -> Path:
+    """The model (or adapter) directory ``init_from`` designates; :class:`ModelLoadError` naming it when there is
+    none."""
+    path = Path(init_from).expanduser()
+    if not path.is_dir():
+        raise ModelLoadError(
+            f"model.init_from {init_from!r}: no such directory; give the run directory of a `grove sft` or "
+            "`grove train` run, one of its checkpoints, or a model directory"
+        )
+    if _is_model_dir(path):
+        return path
+    if _is_model_dir(path / "model"):  # a run's final model, or a checkpoint directory
+        return path / "model"
+    found = ckpt.find_loadable(path)
+    if found.path is not None:
+        return found.path / "model"
+    if found.damaged:
+        problems = "; ".join(f"{c.name}: {p}" for c, p in found.damaged)
+        raise ModelLoadError(f"model.init_from {init_from!r}: none of its checkpoints loads ({problems})")
+    raise ModelLoadError(
+        f"model.init_from {init_from!r} holds no model: no config.json, no model/ and no checkpoints/ (did the run "
+        "finish a step?); give a run directory, a checkpoint directory or a model directory"
+    )
+
+
+def _merged_adapter(adapter_dir: Path) -> Path:
+    """A full model merged from the LoRA adapter in ``adapter_dir`` (and its base), cached by the adapter's bytes."""
+    from grove.models.lora import export_merged
+
+    digest = hashlib.sha256()
+    for name in sorted(p.name for p in adapter_dir.iterdir() if p.is_file()):
+        if name.startswith("adapter_"):
+            digest.update(name.encode())
+            digest.update((adapter_dir / name).read_bytes())
+    out = grove_cache_dir() / "merged" / digest.hexdigest()[:16]
+    if not (out / "config.json").is_file():
+        export_merged(adapter_dir, out)
+    return out
+
+
+def policy_source(name: str, init_from: str | None) -> str:
+    """What to load the policy from: ``name`` (a model directory or an embedded name), or, with ``init_from``, the
+    model directory it designates (a LoRA adapter merged into its base first)."""
+    if init_from is None:
+        return name
+    directory = initial_model_dir(init_from)
+    if (directory / ADAPTER_CONFIG).is_file():
+        return str(_merged_adapter(directory))
+    return str(directory)
