@@ -160,10 +160,12 @@ class TrainConfig(Section):
         8, ge=1, description="Completions per forward/backward (gradient accumulation); 8 = one group of G = 8."
     )
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient-norm clipping (null = off).")
-    precision: Literal["fp32", "bf16"] = Field(
+    precision: Literal["fp32", "bf16", "auto"] = Field(
         "fp32",
         description="'bf16': generation and forward/backward under bfloat16 autocast; master weights, optimizer "
-        "state, log-softmax and the loss stay float32.",
+        "state, log-softmax and the loss stay float32. 'auto': bf16 where the device multiplies bfloat16 natively "
+        "(GPUs from Ampere on; CPUs with AVX512-BF16, AMX or Arm BF16), else fp32 (an AVX2-only CPU runs bf16 products "
+        "on a loop 13-18x slower per step); the run's config.yaml records the choice.",
     )
     forward: Literal["packed", "shared_prefix", "padded"] = Field(
         "packed",

@@ -29,6 +29,23 @@ def validate_config(cfg: GroveConfig) -> None:
     _check_stages(cfg)
     _check_experience_source(cfg)
     _check_optimizer_state(cfg)
+    _resolve_precision(cfg)
+
+
+def _resolve_precision(cfg: GroveConfig) -> None:
+    """``train.precision: auto`` becomes ``bf16`` where the run's device multiplies bfloat16 natively (a GPU from
+    Ampere on; a CPU with AVX512-BF16, AMX or Arm BF16) and ``fp32`` elsewhere, where bf16 products run on a reference
+    loop many times slower (:func:`grove.infra.precision.native_bf16_products`). The resolved value is what the run
+    records in its ``config.yaml``."""
+    if cfg.train.precision != "auto":
+        return
+    import torch
+
+    from grove.infra.precision import native_bf16_products
+
+    device = cfg.distributed.device
+    on_gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    cfg.train.precision = "bf16" if native_bf16_products("cuda" if on_gpu else "cpu") else "fp32"
 
 
 def _import_user_modules(modules: list[str]) -> None:
