@@ -18,6 +18,10 @@ Step rewards are in :mod:`grove.envs.kb_routing_rewards`. The step type (``info[
 question and the searches done so far (knowledge base and normalised terms), so trajectories that issued
 the same searches share a state. ``summarize`` gives answer accuracy, routing accuracy, retrieval hit rate,
 searches per question, unnecessary searches and invalid actions, overall and per knowledge base.
+
+Oracle (:mod:`grove.envs.oracle`): :meth:`KbRoutingEnv.oracle_action` replies along the gold route: a search of
+the first hop whose answer no search has surfaced yet (its gold knowledge base and sub-question), then the answer
+(a gold answer the results showed, else the canonical one).
 """
 
 from __future__ import annotations
@@ -185,6 +189,8 @@ class KbRoutingEnv:
         self.question: RoutingQuestion | None = None
         self.searches: list[tuple[str, str]] = []
         self.covered: list[bool] = []
+        self.shown: list[str] = []  # the results text of each search, as the model saw it
+        self.answered = False
         self.task_id = -1
 
     # ------------------------------------------------------------------ observations
@@ -197,6 +203,8 @@ class KbRoutingEnv:
         self.question = self.shared.questions[task_id]
         self.searches = []
         self.covered = [False] * len(self.question.steps)
+        self.shown = []
+        self.answered = False
         return self._observation(f"Question: {self.question.question}")
 
     def _current_hop(self) -> int | None:
@@ -239,6 +247,7 @@ class KbRoutingEnv:
         }
         reward = sum(getattr(w, name) * value for name, value in parts.items())
         self.searches.append((kb, normalize_answer(terms)))
+        self.shown.append(shown)
         info = {
             "step_type": "query",
             "kb": kb,
@@ -255,6 +264,7 @@ class KbRoutingEnv:
         score = answer_score(text, q.answers, p.answer_metric, p.max_answer_words)
         parts = {"answer": score, "format": fmt}
         reward = w.answer * score + w.format * fmt
+        self.answered = True
         info = {
             "step_type": "answer",
             "answer": text,
@@ -265,6 +275,45 @@ class KbRoutingEnv:
             "reward_parts": parts,
         }
         return Transition(self._observation("The episode is over."), float(reward), True, info)
+
+    # ------------------------------------------------------------------ oracle
+    def oracle_action(self) -> str | None:
+        """The gold route's next reply (the whole reply: this environment reads the tags itself).
+
+        For the first gold hop whose answer no search has surfaced, ``<think>…</think><query kb="NAME">…</query>``
+        with the hop's gold knowledge base and gold sub-question (a hop whose answer an earlier search already
+        showed, e.g. the capital's population among the rows found for the capital, needs no search of its own);
+        a hop whose gold search was already made without surfacing its answer, or whose knowledge base this
+        environment does not have, is passed over. Then
+        ``<think>…</think><answer>…</answer>`` with the first gold answer that the search results showed (else the
+        canonical one). ``None`` before ``reset`` and after the answer.
+        """
+        q = self.question
+        if q is None or self.answered:
+            return None
+        for hop, covered in enumerate(self.covered):
+            gold = q.steps[hop]
+            kb = self._kb_name(gold.kb)
+            if covered or kb is None or (kb, normalize_answer(gold.sub_question)) in self.searches:
+                continue
+            lead = "Next, search" if self.searches else "Search"
+            return f'<think>{lead} the {kb} knowledge base for "{gold.sub_question}".</think>' + (
+                f'<query kb="{kb}">{gold.sub_question}</query>'
+            )
+        seen = next((a for a in q.answers if any(passages_hit(text, [a]) for text in self.shown)), None)
+        if seen is not None:
+            return f"<think>The results name {seen}.</think><answer>{seen}</answer>"
+        why = "This needs no search." if not q.steps else "The searches point to the answer."
+        return f"<think>{why}</think><answer>{q.answers[0]}</answer>"
+
+    def _kb_name(self, role: str) -> str | None:
+        """The name this environment gives the knowledge base of a gold role: the role itself, else the name
+        configured with the role's default registry id (``DEFAULT_KB_IDS``); ``None`` when there is none."""
+        if role in self.shared.kbs:
+            return role
+        kb_id = DEFAULT_KB_IDS.get(role)
+        specs = self.shared.params.knowledge_bases
+        return next((name for name, spec in specs.items() if spec["id"] == kb_id and name in self.shared.kbs), None)
 
 
 # --------------------------------------------------------------------------- metrics

@@ -17,11 +17,18 @@ Rewards (gym-sokoban's, as in verl-agent's Sokoban): -0.1 per step, +1 for pushi
 pushing one off, +10 when every box is on a target (which ends the episode, ``info["won"]``). A move into a
 wall or an immovable box is a legal no-op that still costs -0.1; text that is no action at all is the
 rollout's business (its invalid-action penalty, the environment is not stepped).
+
+Oracle (:mod:`grove.envs.oracle`): :func:`solve` finds a shortest solution in moves by breadth-first search
+over (player cell, box cells), pruning states with a box on a dead cell (one from which no push sequence
+reaches a target, :func:`live_cells`), within :data:`SOLVER_NODE_LIMIT` states;
+:meth:`SokobanEnvironment.oracle_action` plays its first move and keeps the rest, so following the oracle costs
+one search per episode.
 """
 
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -33,12 +40,15 @@ from grove.envs.base import EnvironmentSuite, Observation, Transition
 from grove.registry import ENVIRONMENTS
 
 __all__ = [
+    "SOLVER_NODE_LIMIT",
     "SokobanEnvironment",
     "SokobanLevel",
     "SokobanParams",
     "generate_level",
+    "live_cells",
     "render_grid",
     "sokoban_suite",
+    "solve",
 ]
 
 GIGPO = "Group-in-Group Policy Optimization for LLM Agent Training (Feng et al., 2025)"
@@ -65,6 +75,8 @@ PULL_PREFERENCE = 0.5
 """Probability of taking a pulling move when one is possible (more pulls move the boxes farther)."""
 MIN_DISPLACEMENT = 2
 """Total distance the boxes must be pulled from their targets; fewer makes one-push levels."""
+SOLVER_NODE_LIMIT = 200_000
+"""States :func:`solve` visits at most before giving up (about a second of search)."""
 
 
 class SokobanParams(BaseModel):
@@ -230,6 +242,71 @@ def generate_level(
     raise RuntimeError(f"no Sokoban level for task {task_id} after 1000 rooms")  # pragma: no cover
 
 
+@lru_cache(maxsize=4096)
+def live_cells(level: SokobanLevel) -> frozenset[Cell]:
+    """Floor cells from which a lone box can be pushed onto some target (ignoring the other boxes).
+
+    Found backwards from the targets by *pulls*: a box on ``b`` comes from ``b + d`` when the pusher can stand
+    on ``b + 2d``. A box on any other cell (a corner, along a wall with no target) can never be solved: the
+    classic "simple deadlock" test of Sokoban solvers.
+    """
+    live = set(level.targets)
+    queue = deque(level.targets)
+    while queue:
+        box = queue.popleft()
+        for d in MOVES.values():
+            came_from, pusher = _step(box, d), _step(_step(box, d), d)
+            if came_from in level.floor and pusher in level.floor and came_from not in live:
+                live.add(came_from)
+                queue.append(came_from)
+    return frozenset(live)
+
+
+def solve(
+    level: SokobanLevel, boxes: Iterable[Cell], player: Cell, node_limit: int = SOLVER_NODE_LIMIT
+) -> tuple[str, ...] | None:
+    """A shortest solution (fewest moves) from the given boxes and player; ``()`` when already solved.
+
+    Breadth-first search over (player cell, box cells) with the environment's rules (a move onto floor, or a
+    push of one box onto a free floor cell); states with a box off :func:`live_cells` are never expanded.
+    ``None`` when no solution exists or when ``node_limit`` states were reached before one was found.
+    """
+    start = (player, frozenset(boxes))
+    if start[1] == level.targets:
+        return ()
+    live = live_cells(level)
+    parent: dict[tuple[Cell, frozenset[Cell]], tuple[tuple[Cell, frozenset[Cell]], str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        state = queue.popleft()
+        here, box_set = state
+        for name, d in MOVES.items():
+            nxt = _step(here, d)
+            if nxt not in level.floor:
+                continue
+            moved = box_set
+            if nxt in box_set:
+                beyond = _step(nxt, d)
+                if beyond not in live or beyond in box_set:
+                    continue  # a wall, another box, or a dead cell
+                moved = (box_set - {nxt}) | {beyond}
+            child = (nxt, moved)
+            if child in parent:
+                continue
+            parent[child] = (state, name)
+            if moved == level.targets:
+                path = []
+                node: tuple[Cell, frozenset[Cell]] = child
+                while (link := parent[node]) is not None:
+                    node, move = link
+                    path.append(move)
+                return tuple(reversed(path))
+            if len(parent) >= node_limit:
+                return None
+            queue.append(child)
+    return None
+
+
 class SokobanEnvironment:
     """One copy of a Sokoban room; actions ``up``, ``down``, ``left``, ``right``. The anchor is the grid text."""
 
@@ -242,11 +319,16 @@ class SokobanEnvironment:
         self.player: Cell = (0, 0)
         self._steps = 0
         self._done = True
+        #: the oracle's solutions of this level, by (player, boxes): one search serves every state along it
+        self._solutions: dict[tuple[Cell, frozenset[Cell]], tuple[str, ...] | None] = {}
 
     def reset(self, task_id: int, seed: int) -> Observation:
         """Start level ``task_id``; Sokoban is deterministic, so ``seed`` changes nothing."""
         p = self.params
-        self.level = generate_level(task_id, p.dim_room, p.num_boxes, p.search_depth)
+        level = generate_level(task_id, p.dim_room, p.num_boxes, p.search_depth)
+        if level != self.level:
+            self._solutions = {}
+        self.level = level
         self.boxes, self.player = set(self.level.boxes), self.level.player
         self._steps, self._done = 0, False
         return self._observe("")
@@ -282,6 +364,48 @@ class SokobanEnvironment:
         note = "All boxes are on targets: solved!" if won else ("" if moved else "You cannot move there.")
         info = {"won": won, "truncated": truncated and not won, "moved": moved}
         return Transition(self._observe(note), reward, self._done, info)
+
+    def oracle_action(self) -> str | None:
+        """The first move of a shortest solution from the current state (:func:`solve`; the rest of it is kept,
+        so following the oracle searches once per episode); ``None`` when the episode is over, the room can no
+        longer be solved (or not within the solver's node limit) or the solution is longer than the steps left."""
+        if self._done or self.level is None:
+            return None
+        key = (self.player, frozenset(self.boxes))
+        if key not in self._solutions:
+            solution = solve(self.level, self.boxes, self.player)
+            self._solutions[key] = solution
+            if solution:
+                self._remember(key, solution)
+        solution = self._solutions[key]
+        if solution == ():
+            return self._keeping_move()
+        if solution is None or len(solution) > self.params.max_steps - self._steps:
+            return None
+        return solution[0]
+
+    def _keeping_move(self) -> str | None:
+        """A move that leaves every box where it is (a step or a blocked push): from a state whose boxes are
+        already all on targets (a level generated solved), any such move ends the episode won."""
+        assert self.level is not None
+        for name, d in MOVES.items():
+            nxt = _step(self.player, d)
+            beyond = _step(nxt, d)
+            if nxt not in self.boxes or beyond not in self.level.floor or beyond in self.boxes:
+                return name
+        return None
+
+    def _remember(self, key: tuple[Cell, frozenset[Cell]], solution: tuple[str, ...]) -> None:
+        """Store the remaining solution of every state along ``solution`` (a suffix of a shortest solution is
+        a shortest solution of the state it starts from)."""
+        assert self.level is not None
+        player, boxes = key
+        for i, name in enumerate(solution[:-1]):
+            d = MOVES[name]
+            player = _step(player, d)
+            if player in boxes:
+                boxes = (boxes - {player}) | {_step(player, d)}
+            self._solutions.setdefault((player, boxes), solution[i + 1 :])
 
     def grid(self) -> str:
         assert self.level is not None

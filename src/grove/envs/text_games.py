@@ -19,6 +19,10 @@ objective is prepended when it does not). Admissible actions: TextWorld's ``admi
 Anchor: the md5 of the sorted world facts (``str(fact)`` of ``state.facts``), equal for different action
 orders that reach the same world state (``look`` or ``examine`` leave it unchanged). Reward: the score
 increase of the step; ``info["won"]`` / ``info["lost"]`` are TextWorld's.
+
+Oracle (:mod:`grove.envs.oracle`): the first of TextWorld's ``policy_commands`` (requested with the other infos),
+the winning commands from the current state: TextWorld tracks the quests and, after a command off the policy,
+adds the command that undoes it (e.g. ``go south`` after a wrong ``go north``).
 """
 
 from __future__ import annotations
@@ -200,12 +204,14 @@ def facts_anchor(facts: Sequence[Any]) -> str:
 
 class TextWorldEnvironment:
     """One copy of a TextWorld game; ``reset`` loads the game of ``task_id`` (seeds change nothing: games are
-    deterministic). ``walkthrough`` is the game's solution, as TextWorld's generator wrote it."""
+    deterministic). ``walkthrough`` is the game's solution, as TextWorld's generator wrote it; ``policy`` the
+    winning commands from the current state (TextWorld's ``policy_commands``, the oracle's plan)."""
 
     def __init__(self, params: TextWorldParams, games: dict[int, Path]) -> None:
         self.params = params
         self.games = games
         self.walkthrough: tuple[str, ...] = ()
+        self.policy: tuple[str, ...] = ()
         self._env: Any = None
         self._task: int | None = None
         self._score = 0.0
@@ -221,13 +227,14 @@ class TextWorldEnvironment:
             self.close()
             infos = textworld.EnvInfos(
                 admissible_commands=True, facts=True, score=True, max_score=True, won=True, lost=True,
-                objective=True, feedback=True, extras=["walkthrough"],
+                objective=True, feedback=True, extras=["walkthrough"], policy_commands=True,
             )  # fmt: skip
             with _quiet_jericho():
                 self._env = textworld.start(str(self.games[task_id]), request_infos=infos)
             self._task = task_id
         state = self._env.reset()
         self.walkthrough = tuple(state.get("extra.walkthrough") or ())
+        self.policy = tuple(state.get("policy_commands") or ())
         self._score, self._steps, self._done = float(state.score or 0), 0, False
         text = clean_feedback(state.feedback)
         objective = (state.objective or "").strip()
@@ -239,6 +246,7 @@ class TextWorldEnvironment:
         if self._done:
             raise RuntimeError("step() after the episode ended; call reset() first")
         state, _, game_over = self._env.step(action)
+        self.policy = tuple(state.get("policy_commands") or ())
         self._steps += 1
         score = float(state.score or 0)
         reward, self._score = score - self._score, score
@@ -252,6 +260,14 @@ class TextWorldEnvironment:
             "max_score": state.max_score,
         }
         return Transition(self._observe(state, clean_feedback(state.feedback)), reward, self._done, info)
+
+    def oracle_action(self) -> str | None:
+        """The first command of TextWorld's winning policy from the current state (``policy_commands``);
+        ``None`` when the episode is over, the game can no longer be won, or the policy is longer than the steps
+        left."""
+        if self._done or not self.policy or len(self.policy) > self.params.max_steps - self._steps:
+            return None
+        return self.policy[0]
 
     def close(self) -> None:
         if self._env is not None:

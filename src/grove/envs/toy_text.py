@@ -11,15 +11,22 @@ Task ids: ``frozenlake`` and ``cliffwalking`` train on ids ``0..n-1`` and evalua
 ids index a fixed shuffle of its 300 start states: training takes the first ids, evaluation the last ones, so
 no evaluation start state is ever trained on. ``reset(task_id, seed)`` seeds gymnasium's generator with a
 hash of both (it only matters for the slippery / rainy variants).
+
+Oracle (:mod:`grove.envs.oracle`): :meth:`ToyTextEnvironment.oracle_action` plans on the wrapped env's transition
+table (:func:`plan_transition_table`): a shortest safe path by breadth-first search when every action has one
+outcome, finite-horizon value iteration on gymnasium's reward over the steps left when moves are random.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Sequence
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from grove.envs.actions import normalize_action
@@ -30,10 +37,12 @@ __all__ = [
     "EVAL_TASK_OFFSET",
     "CliffWalkingParams",
     "FrozenLakeParams",
+    "TablePlan",
     "TaxiParams",
     "ToyTextEnvironment",
     "cliffwalking_suite",
     "frozenlake_suite",
+    "plan_transition_table",
     "taxi_suite",
 ]
 
@@ -73,6 +82,7 @@ class ToyTextEnvironment:
         self._steps = 0
         self._done = True
         self._index = {a: i for i, a in enumerate(self.actions)}
+        self._plan: tuple[Any, TablePlan] | None = None  # (the gymnasium env planned on, its plan)
 
     # -- to implement ------------------------------------------------------------------------------------
     def _make(self, task_id: int) -> Any:
@@ -90,6 +100,11 @@ class ToyTextEnvironment:
 
     def _outcome(self, reward: float, terminated: bool) -> tuple[bool, bool, str]:
         """``(won, lost, note)`` of the last step; ``note`` is a sentence shown above the grid, or ``""``."""
+        raise NotImplementedError
+
+    def _transition_kind(self, next_state: int, reward: float, terminated: bool) -> TransitionKind:
+        """What an outcome of gymnasium's transition table does, for the oracle (:func:`plan_transition_table`):
+        ``"win"`` (the goal), ``"loss"`` (what the expert never steps into) or ``"move"``."""
         raise NotImplementedError
 
     # -- Environment protocol ----------------------------------------------------------------------------
@@ -126,6 +141,126 @@ class ToyTextEnvironment:
 
     def _observe(self, note: str) -> Observation:
         return Observation(self._render(note), self.state, self.actions)
+
+    # -- oracle (grove.envs.oracle) ------------------------------------------------------------------------
+    def oracle_action(self) -> str | None:
+        """The expert's command from the current state: the plan of :func:`plan_transition_table` on the wrapped
+        env's table (a shortest safe path when deterministic, value iteration over the steps left when not);
+        ``None`` once the episode is over or the goal cannot be reached before truncation. The plan is made
+        once per map."""
+        if self._done or self._env is None:
+            return None
+        if self._plan is None or self._plan[0] is not self._env:
+            self._plan = (self._env, plan_transition_table(self._env.unwrapped.P, self._transition_kind, self.max_steps))
+        action = self._plan[1].action(self.state, self.max_steps - self._steps)
+        return None if action is None else self.actions[action]
+
+
+# ------------------------------------------------------------------------------------------------------
+# Planning on gymnasium's transition table (the oracle)
+# ------------------------------------------------------------------------------------------------------
+
+TransitionKind = Literal["win", "loss", "move"]
+"""What one outcome of an action does: ends the episode with success, is a failure the expert never risks in a
+deterministic world (a hole, the cliff), or moves on to the next state."""
+
+UNREACHABLE = np.iinfo(np.int64).max // 2
+"""Distance of a state from which no safe path reaches the goal."""
+
+VALUE_ITERATION_TOLERANCE = 1e-10
+"""Value iteration stops early once no state value changes by more than this: the policy is stationary from
+there on."""
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """The expert's plan of one transition table, for every state and number of steps left.
+
+    * ``distance[s]``: fewest steps from ``s`` to a winning outcome along outcomes of positive probability that
+      are not losses (:data:`UNREACHABLE` when there is none);
+    * ``policy[h, s]``: the action to take in ``s`` with ``h`` steps left (row ``h`` is the last row when
+      ``h`` exceeds it: deterministic tables and converged value iteration have a single stationary row).
+    """
+
+    distance: np.ndarray
+    policy: np.ndarray
+
+    def action(self, state: int, steps_left: int) -> int | None:
+        """The action index to take in ``state``; ``None`` when the goal cannot be reached in ``steps_left``."""
+        if steps_left < 1 or self.distance[state] > steps_left:
+            return None
+        return int(self.policy[min(steps_left, len(self.policy) - 1), state])
+
+
+Outcomes = Mapping[int, Mapping[int, Sequence[tuple[float, int, float, bool]]]]
+"""gymnasium's toy-text table ``P[state][action] -> [(probability, next_state, reward, terminated)]``."""
+
+
+def plan_transition_table(
+    table: Outcomes, kind: Callable[[int, float, bool], TransitionKind], horizon: int
+) -> TablePlan:
+    """Plan an expert on gymnasium's transition table ``P`` (``P[s][a] -> [(p, next, reward, terminated)]``).
+
+    ``kind(next_state, reward, terminated)`` classifies an outcome. When every action has a single outcome the
+    world is deterministic and the policy follows a shortest path to a win that takes no ``"loss"`` outcome
+    (breadth-first search backwards from the winning transitions; ties go to the lower action index). Otherwise
+    the policy is finite-horizon value iteration on gymnasium's reward (Sutton and Barto, 2018, section 4.4):
+    ``Q_h(s, a) = E[r + V_{h-1}(s')]`` (no continuation after a terminating outcome), maximised for ``h = 1 ..
+    horizon`` steps left; with FrozenLake's reward (1 at the goal, else 0) that is the probability of reaching
+    the goal in time. ``distance`` (breadth-first over outcomes of positive probability that are not losses) says
+    when no action can succeed any more.
+    """
+    states = len(table)
+    actions = len(table[0])
+    outcomes = [
+        [[(float(p), int(n), float(r), bool(t)) for p, n, r, t in table[s][a] if p > 0] for a in range(actions)]
+        for s in range(states)
+    ]
+    kinds = [[[kind(n, r, t) for _, n, r, t in outcomes[s][a]] for a in range(actions)] for s in range(states)]
+    distance = np.full(states, UNREACHABLE, dtype=np.int64)
+    predecessors: list[list[int]] = [[] for _ in range(states)]
+    queue: deque[int] = deque()
+    for s in range(states):
+        for a in range(actions):
+            for (_, n, _, _), k in zip(outcomes[s][a], kinds[s][a], strict=True):
+                if k == "win" and distance[s] != 1:
+                    distance[s] = 1
+                    queue.append(s)
+                elif k == "move":
+                    predecessors[n].append(s)
+    while queue:
+        n = queue.popleft()
+        for s in predecessors[n]:
+            if distance[s] == UNREACHABLE:
+                distance[s] = distance[n] + 1
+                queue.append(s)
+    deterministic = all(len(outcomes[s][a]) == 1 for s in range(states) for a in range(actions))
+    if deterministic:
+        cost = np.full((states, actions), UNREACHABLE, dtype=np.int64)
+        for s in range(states):
+            for a in range(actions):
+                (_, n, _, _), k = outcomes[s][a][0], kinds[s][a][0]
+                cost[s, a] = 1 if k == "win" else (1 + distance[n] if k == "move" else UNREACHABLE)
+        return TablePlan(distance, cost.argmin(axis=1)[None, :])
+    reward = np.zeros((states, actions))
+    going_on = np.zeros((states * actions, states))
+    for s in range(states):
+        for a in range(actions):
+            for p, n, r, t in outcomes[s][a]:
+                reward[s, a] += p * r
+                if not t:
+                    going_on[s * actions + a, n] += p
+    value = np.zeros(states)
+    rows = [np.zeros(states, dtype=np.int64)]  # row 0: no step left (never read)
+    for _ in range(horizon):
+        q = reward + (going_on @ value).reshape(states, actions)
+        rows.append(q.argmax(axis=1))
+        new = q.max(axis=1)
+        converged = float(np.abs(new - value).max()) <= VALUE_ITERATION_TOLERANCE
+        value = new
+        if converged:
+            break
+    return TablePlan(distance, np.stack(rows))
 
 
 def _grid_lines(cells: Sequence[Sequence[str]]) -> list[str]:
@@ -209,6 +344,11 @@ class FrozenLakeEnvironment(ToyTextEnvironment):
         if terminated and tile == "H":
             return False, True, "You fell into a hole. The episode is over."
         return False, False, ""
+
+    def _transition_kind(self, next_state: int, reward: float, terminated: bool) -> TransitionKind:
+        if terminated:
+            return "win" if reward > 0 else "loss"  # the goal pays 1; a hole (or staying on G/H) pays 0
+        return "move"
 
     def _tile(self) -> str:
         desc = self._env.unwrapped.desc
@@ -314,6 +454,11 @@ class CliffWalkingEnvironment(ToyTextEnvironment):
             return False, False, "You stepped off the cliff (reward -100) and are back at the start."
         return False, False, ""
 
+    def _transition_kind(self, next_state: int, reward: float, terminated: bool) -> TransitionKind:
+        if terminated:
+            return "win"
+        return "loss" if reward <= -100 else "move"  # the cliff sends the walker back to the start
+
     def _render(self, note: str) -> str:
         env = self._env.unwrapped
         nrow, ncol = env.shape
@@ -414,10 +559,6 @@ class TaxiEnvironment(ToyTextEnvironment):
         return TaxiEnv(is_rainy=self.params.rainy)
 
     def _world(self, task_id: int) -> Hashable:
-        """What distinguishes the gymnasium env of ``task_id`` (its map): a new one is made when it changes."""
-        return None
-
-    def _world(self, task_id: int) -> Hashable:
         if not 0 <= task_id < TAXI_START_STATES:
             raise ValueError(f"taxi task id {task_id} is not in 0..{TAXI_START_STATES - 1}")
         return None
@@ -431,6 +572,9 @@ class TaxiEnvironment(ToyTextEnvironment):
         if reward <= -10:
             return False, False, "Illegal pickup or dropoff (reward -10)."
         return False, False, ""
+
+    def _transition_kind(self, next_state: int, reward: float, terminated: bool) -> TransitionKind:
+        return "win" if terminated else "move"  # only a correct drop-off terminates
 
     def _render(self, note: str) -> str:
         env = self._env.unwrapped
