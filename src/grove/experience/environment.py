@@ -29,8 +29,6 @@ from grove.envs import build_environment
 from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import AccuracyReport
 from grove.experience.completions import rollout_sampling
-from grove.experience.context_budget import ContextBudget
-from grove.experience.conversation import ConversationPrompter
 from grove.experience.env_failures import EnvironmentFailedError
 from grove.experience.episode_metrics import (
     anchor_metrics,
@@ -40,7 +38,7 @@ from grove.experience.episode_metrics import (
     rollout_timing,
 )
 from grove.experience.episodes import EpisodeRun, Prompter, Trajectory, run_episodes
-from grove.experience.per_step_prompts import PerStepPrompter
+from grove.experience.prompters import build_prompter
 from grove.experience.source import SourceContext, StepExperience
 from grove.experience.task_sampler import TaskSampler
 from grove.experience.trajectory_batch import trajectories_to_batch
@@ -81,29 +79,8 @@ class EnvironmentSource:
 
     # ------------------------------------------------------------------ prompts
     def _prompter(self, max_new_tokens: int) -> Prompter:
-        e, cfg = self.env_cfg, self.ctx.cfg
-        instructions = self.suite.instructions
-        if cfg.rollout.system_prompt:
-            instructions = f"{cfg.rollout.system_prompt}\n\n{instructions}"
-        if e.prompt == "conversation":
-            return ConversationPrompter(
-                self.ctx.tokenizer,
-                instructions,
-                show_admissible=e.show_admissible_actions,
-                max_context_tokens=e.max_context_tokens,
-                max_new_tokens=max_new_tokens,
-                budget=ContextBudget.of(
-                    self.model_context, max_new_tokens, e.prompt_overflow, max_context_tokens=e.max_context_tokens
-                ),
-            )
-        return PerStepPrompter(
-            self.ctx.tokenizer,
-            instructions,
-            history=e.history,
-            show_admissible=e.show_admissible_actions,
-            max_turns=e.max_turns,
-            use_chat_template=cfg.rollout.use_chat_template,
-            budget=ContextBudget.of(self.model_context, max_new_tokens, e.prompt_overflow),
+        return build_prompter(
+            self.ctx.cfg, self.suite.instructions, self.ctx.tokenizer, self.model_context, max_new_tokens
         )
 
     def play(
