@@ -13,17 +13,19 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "grove"
 # package -> the grove packages (first component under grove.) it may import besides itself
 ALLOWED = {
     "core": {"batch", "registry"},
-    "models": {"batch", "core"},
+    "models": {"batch", "core", "infra"},
     "rollout": set(),
     "rewards": {"registry", "user_code"},
     "tasks": {"knowledge", "registry"},
     "infra": {"core"},
     "evaluation": {"infra", "rewards", "rollout", "tasks", "user_code"},
-    "config": {"builtin_components", "core", "registry", "tasks"},
+    "config": {"builtin_components", "core", "infra", "registry", "tasks"},
     "pipeline": {"batch", "config", "core", "distributed", "infra", "models", "rewards", "rollout", "tasks"},
     "distributed": {"batch"},
     "knowledge": {"registry"},
     "envs": {"knowledge", "registry", "user_code"},
+    "sft": {"batch", "config", "rollout"},
+    "demos": {"config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
     "experience": {
         "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",
         "rollout", "tasks", "user_code",

@@ -51,15 +51,38 @@ def _load(config: Path | None, overrides: list[str] | None) -> GroveConfig:
         _fail(str(exc))
 
 
+ResumeOption = Annotated[
+    Path | None, typer.Option("--resume", help="Continue the run in this directory from its last checkpoint.")
+]
+
+
 @app.command()
 def train(
     config: Annotated[Path, typer.Argument(help="YAML config file.")],
     set_: SetOption = None,
-    resume: Annotated[
-        Path | None, typer.Option("--resume", help="Continue the run in this directory from its last checkpoint.")
-    ] = None,
+    resume: ResumeOption = None,
 ) -> None:
     """Train a policy with the configured algorithm, evaluating before and after."""
+    from grove.training.trainer import Trainer  # whose start-up resolves user code before the model loads
+
+    _run_training("train", Trainer, config, set_, resume)
+
+
+@app.command()
+def sft(
+    config: Annotated[Path, typer.Argument(help="YAML config file with an `sft` section.")],
+    set_: SetOption = None,
+    resume: ResumeOption = None,
+) -> None:
+    """Supervised fine-tuning on the config's `sft.data` (the warm start before RL), evaluating before and after;
+    writes RUN_DIR/model for `model.init_from`."""
+    from grove.training.sft_trainer import SftTrainer
+
+    _run_training("sft", SftTrainer, config, set_, resume)
+
+
+def _run_training(command: str, trainer_class: type, config: Path, set_: list[str] | None, resume: Path | None) -> None:
+    """Run a training command (``train`` or ``sft``) with its error handling, stop signals and summary."""
     overrides = list(set_ or [])
     if resume is not None:
         overrides.append(f"output_dir={json.dumps(str(resume))}")  # quoted: the path is a string, not YAML
@@ -67,13 +90,12 @@ def train(
     from grove.distributed.world import init_world
     from grove.infra.write_failures import RunWriteError
     from grove.training.nonfinite_guard import NonFiniteTrainingError
-    from grove.training.trainer import Trainer  # whose start-up resolves user code before the model loads
 
     # besides the user's mistakes (a checkpoint or log that could not be written among them): a run that kept
     # producing NaN, whose message names the last good checkpoint
     user_errors = (*user_error_types(), NonFiniteTrainingError)
     resume_command = shlex.join(
-        ["grove", "train", str(config), "--resume", str(cfg.output_dir), *(a for o in set_ or [] for a in ("--set", o))]
+        ["grove", command, str(config), "--resume", str(cfg.output_dir), *(a for o in set_ or [] for a in ("--set", o))]
     )
     world = init_world(cfg.distributed.timeout_seconds, cfg.distributed.device)  # one process without torchrun
     where = f"{world.label}: " if world.distributed else ""
@@ -101,7 +123,7 @@ def train(
     if problem is not None:
         fail(f"output_dir {cfg.output_dir!r} is not writable: {problem}; choose another with --set output_dir=...")
     try:
-        trainer = Trainer(cfg, Path(cfg.output_dir), resume=resume is not None, world=world)
+        trainer = trainer_class(cfg, Path(cfg.output_dir), resume=resume is not None, world=world)
         if trainer.resume_from is not None and world.is_main:
             err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
         summary = trainer.run()
@@ -145,24 +167,74 @@ def _print_summary(run_dir: Path, plots: list[Path]) -> None:
     import json
 
     data = json.loads((run_dir / "summary.json").read_text())
-    table = Table(title="held-out accuracy (greedy)")
-    for col in ("", "accuracy", "correct / n", "95% CI"):
-        table.add_column(col)
-    for label in ("before", "after"):
-        e = data.get(label)
-        if e:
+    evaluated = [label for label in ("before", "after") if data.get(label) and "accuracy" in data[label]]
+    if evaluated:
+        table = Table(title="held-out accuracy (greedy)")
+        for col in ("", "accuracy", "correct / n", "95% CI"):
+            table.add_column(col)
+        for label in evaluated:
+            e = data[label]
             table.add_row(
                 f"{label} (step {e['step']})",
                 f"{100 * e['accuracy']:.1f}%",
                 f"{e['correct']}/{e['total']}",
                 f"{100 * e['ci_low']:.1f}–{100 * e['ci_high']:.1f}%",
             )
-    console.print(table)
-    if data.get("before") and data.get("after"):
+        console.print(table)
+    if len(evaluated) == 2:
         gain = 100 * (data["after"]["accuracy"] - data["before"]["accuracy"])
         console.print(f"change: {gain:+.1f} points")
+    losses = [(label, data[label]["held_out_loss"]) for label in ("before", "after")
+              if data.get(label) and "held_out_loss" in data[label]]
+    if losses:
+        console.print("held-out loss: " + ", ".join(f"{label} {value:.4f}" for label, value in losses))
+    if data.get("model"):
+        console.print(f"model: {data['model']}  (start RL from it with --set model.init_from={run_dir})")
     shown = ", ".join(str(p) for p in plots) or "none written"
     console.print(f"run directory: {run_dir}  (plots: {shown})")
+
+
+@app.command()
+def demos(
+    config: Annotated[Path, typer.Argument(help="YAML config with the `env` (or `task`) to demonstrate.")],
+    out: Annotated[Path, typer.Option("--out", help="The demonstration file to write (JSONL).")],
+    episodes: Annotated[int, typer.Option("--episodes", min=1, help="Episodes to play (examples, for a task).")] = 100,
+    noise: Annotated[
+        float, typer.Option("--noise", min=0.0, max=1.0, help="Fraction of turns that take a random other admissible action.")
+    ] = 0.0,
+    keep: Annotated[str, typer.Option("--keep", help="'won': only the episodes that succeeded; 'all': every one.")] = "won",
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the order of the training tasks and the noise.")] = 0,
+    set_: SetOption = None,
+) -> None:
+    """Expert demonstrations of the config's environment (its oracle) or task (its gold answers), on training tasks
+    only, rendered exactly as the RL rollouts render them: the data for `grove sft`."""
+    if keep not in ("won", "all"):
+        _fail(f"--keep {keep!r}: choose 'won' or 'all'")
+    cfg = _load(config, set_)
+    from transformers import AutoConfig, AutoTokenizer
+
+    from grove.demos import write_demonstrations
+    from grove.models.pretrained import resolve_model_path
+    from grove.rollout.engine import context_length
+
+    try:
+        path = resolve_model_path(cfg.model.name)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model_config = AutoConfig.from_pretrained(path, local_files_only=True)
+        summary = write_demonstrations(
+            cfg, tokenizer, out, episodes=episodes, noise=noise, keep=keep, seed=seed,
+            model_context=context_length(_WithConfig(model_config), tokenizer),
+        )
+    except (*user_error_types(), ValueError, OSError) as exc:
+        _fail(user_message(exc))
+    console.print(summary.report())
+
+
+class _WithConfig:
+    """Something with a ``config`` attribute, for :func:`grove.rollout.engine.context_length` without weights."""
+
+    def __init__(self, config: object) -> None:
+        self.config = config
 
 
 @app.command("eval")
@@ -196,9 +268,12 @@ def eval_(
 
     configure_runtime(**cfg.runtime_settings())
     _print_precision_warning(cfg.train.precision, False, "cpu")  # generation under the precision's autocast
-    model = model or cfg.model.name
     user_errors = user_error_types()
     try:
+        if model is None:
+            from grove.models.initial_weights import policy_source
+
+            model = policy_source(cfg.model.name, cfg.model.init_from)
         policy, tokenizer = load_policy(model)
     except (FileNotFoundError, ValueError) as exc:  # ModelLoadError is a ValueError
         _fail(str(exc))

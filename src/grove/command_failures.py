@@ -27,12 +27,13 @@ def user_error_types() -> tuple[type[Exception], ...]:
     from grove.models.pretrained import ModelLoadError
     from grove.rewards.scoring import RewardFunctionError, RewardLoadError
     from grove.rollout.engine import PromptTooLongError
+    from grove.sft.data_files import SftDataError
     from grove.tasks.task import TaskDataError
     from grove.user_code import UserCodeExit
 
     return (
         ConfigError, ModelLoadError, TaskDataError, PromptTooLongError, RewardFunctionError, RewardLoadError,
-        UserCodeExit, RunWriteError, EnvironmentFailedError, MalformedEnvironmentResult,
+        UserCodeExit, RunWriteError, EnvironmentFailedError, MalformedEnvironmentResult, SftDataError,
     )
 
 

@@ -29,6 +29,7 @@ from grove.config.sections import (
     SelectionConfig,
     TrainConfig,
 )
+from grove.config.sft_section import SftConfig
 from grove.config.validation import reward_column_names, validate_config
 
 __all__ = ["GroveConfig"]
@@ -84,6 +85,9 @@ class GroveConfig(Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     distributed: DistributedConfig = Field(
         default_factory=DistributedConfig, description="Multi-process training under torchrun (docs/distributed.md)."
+    )
+    sft: SftConfig | None = Field(
+        None, description="Supervised fine-tuning with `grove sft` (docs/warm-start.md); `grove train` ignores it."
     )
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""The rich progress bar (step, ETA, reward, accuracy, tokens/s), or one line per step outside a terminal."""
+"""The rich progress bar (step, ETA, reward, accuracy, tokens/s; for supervised fine-tuning the loss), or one line
+per step outside a terminal."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ class TrainProgress:
     """``enabled``: the live bar (when stderr is a terminal); ``silent``: print nothing at all (ranks other than 0
     of a multi-process run)."""
 
-    def __init__(self, total: int, completed: int, enabled: bool, silent: bool = False) -> None:
+    def __init__(self, total: int, completed: int, enabled: bool, silent: bool = False, label: str = "train") -> None:
         self.console = Console(stderr=True, quiet=silent)
         # a live bar needs a terminal; in a log file (nohup, CI) print one line per step instead
         self.enabled = enabled and self.console.is_terminal
         self._progress = Progress(
-            TextColumn("[bold]train"),
+            TextColumn(f"[bold]{label}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -42,6 +43,15 @@ class TrainProgress:
         self._progress.__exit__(*exc)
 
     def update(self, step: int, m: dict[str, float]) -> None:
+        if "reward_mean" not in m:  # supervised fine-tuning: a loss, no rollouts
+            stats = (
+                f"loss {m['loss']:.4f}  lr {m['lr']:.2e}  train {m['trained_tokens_per_second']:.0f} tok/s  "
+                f"step {m['step_seconds']:.1f}s"
+            )
+            self._progress.update(self._task, completed=step, stats=stats)
+            if not self.enabled:
+                self.console.print(f"step {step}: {stats}")
+            return
         if "success_rate" in m:  # agent experience: episodes instead of single completions
             quality = f"success {m['success_rate']:.2f}  turns {m['turns_per_episode']:.1f}  "
             quality += f"invalid {m['invalid_action_rate']:.2f}"
