@@ -38,7 +38,7 @@ def test_multi_objective_examples_train_on_a_tiny_model(name, task_overrides, tm
     monkeypatch.setenv("GROVE_CACHE_DIR", str(tmp_path / "cache"))
     model = create_tiny_model_dir(tmp_path / "model", seed=0)
     out = tmp_path / "run"
-    overrides = [f"model.name={model}", f"output_dir={out}", "threads=1", "rollout.max_new_tokens=8",
+    overrides = [f"model.name={model}", "model.init_from=null", f"output_dir={out}", "threads=1", "rollout.max_new_tokens=8",
                  "train.steps=1", "train.prompts_per_step=2", "train.completions_per_prompt=2", "train.precision=fp32",
                  "eval.max_examples=4", "logging.progress=false", "logging.tensorboard=false", *task_overrides]
     args = ["train", f"examples/{name}.yaml"]

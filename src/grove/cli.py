@@ -227,7 +227,7 @@ def demos(
         )
     except (*user_error_types(), ValueError, OSError) as exc:
         _fail(user_message(exc))
-    console.print(summary.report())
+    console.print(summary.describe())
 
 
 class _WithConfig:

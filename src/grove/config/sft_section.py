@@ -46,7 +46,12 @@ class SftConfig(Section):
         description="Pack short examples into one row each micro-batch (with train.forward: packed): no attention "
         "across examples, positions restart per example, no padding; the same log-probs as unpacked rows.",
     )
-    pack_length: int | None = Field(None, ge=2, description="Most tokens of one packed row (null: max_length).")
+    pack_length: int | None = Field(
+        None,
+        ge=2,
+        description="Most tokens of one packed row (null: the longest example of the batch; a longer row "
+        "costs attention over all its tokens, under the block mask, for the padding it saves).",
+    )
     epochs: float = Field(1.0, gt=0.0, description="Passes over the training rows (sets the step count).")
     steps: int | None = Field(None, ge=1, description="Optimizer steps; overrides epochs.")
     batch_size: int = Field(16, ge=1, description="Examples per optimizer step (over all ranks).")

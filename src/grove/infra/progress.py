@@ -43,27 +43,30 @@ class TrainProgress:
         self._progress.__exit__(*exc)
 
     def update(self, step: int, m: dict[str, float]) -> None:
-        if "reward_mean" not in m:  # supervised fine-tuning: a loss, no rollouts
-            stats = (
-                f"loss {m['loss']:.4f}  lr {m['lr']:.2e}  train {m['trained_tokens_per_second']:.0f} tok/s  "
-                f"step {m['step_seconds']:.1f}s"
-            )
-            self._progress.update(self._task, completed=step, stats=stats)
-            if not self.enabled:
-                self.console.print(f"step {step}: {stats}")
-            return
-        if "success_rate" in m:  # agent experience: episodes instead of single completions
-            quality = f"success {m['success_rate']:.2f}  turns {m['turns_per_episode']:.1f}  "
-            quality += f"invalid {m['invalid_action_rate']:.2f}"
-        else:
-            quality = f"acc {m['accuracy']:.2f}  len {m['completion_length_mean']:.0f}"
-        stats = (
-            f"reward {m['reward_mean']:.3f}  {quality}  "
-            f"gen {m['generated_tokens_per_second']:.0f} tok/s  step {m['step_seconds']:.1f}s"
-        )
+        stats = _sft_stats(m) if "reward_mean" not in m else _rollout_stats(m)
         self._progress.update(self._task, completed=step, stats=stats)
         if not self.enabled:
             self.console.print(f"step {step}: {stats}")
 
     def note(self, text: str) -> None:
         self.console.print(text)
+
+
+def _rollout_stats(m: dict[str, float]) -> str:
+    if "success_rate" in m:  # agent experience: episodes instead of single completions
+        quality = f"success {m['success_rate']:.2f}  turns {m['turns_per_episode']:.1f}  "
+        quality += f"invalid {m['invalid_action_rate']:.2f}"
+    else:
+        quality = f"acc {m['accuracy']:.2f}  len {m['completion_length_mean']:.0f}"
+    return (
+        f"reward {m['reward_mean']:.3f}  {quality}  "
+        f"gen {m['generated_tokens_per_second']:.0f} tok/s  step {m['step_seconds']:.1f}s"
+    )
+
+
+def _sft_stats(m: dict[str, float]) -> str:
+    """Supervised fine-tuning: a loss, no rollouts."""
+    return (
+        f"loss {m['loss']:.4f}  lr {m['lr']:.2e}  train {m['trained_tokens_per_second']:.0f} tok/s  "
+        f"step {m['step_seconds']:.1f}s"
+    )

@@ -37,8 +37,9 @@ def initial_model_dir(init_from: str) -> Path:
     path = Path(init_from).expanduser()
     if not path.is_dir():
         raise ModelLoadError(
-            f"model.init_from {init_from!r}: no such directory; give the run directory of a `grove sft` or "
-            "`grove train` run, one of its checkpoints, or a model directory"
+            f"model.init_from {init_from!r}: no such directory. It names the run to start from: make that warm start "
+            "first (`grove demos` and `grove sft`, docs/warm-start.md), point it at another run, checkpoint or model "
+            "directory, or start from model.name alone with --set model.init_from=null"
         )
     if _is_model_dir(path):
         return path

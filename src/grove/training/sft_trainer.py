@@ -105,8 +105,7 @@ class SftTrainer:
         self.model, self.tokenizer = self.models.train_module, self.models.tokenizer
         self.max_length = self.sft.max_length or context_length(self.models.causal_lm, self.tokenizer) or _FALLBACK_MAX_LENGTH
         self.splits = load_splits(cfg, self.tokenizer, self.max_length)
-        packs = self.sft.packing and cfg.train.forward == "packed"
-        self.pack_length = (self.sft.pack_length or self.max_length) if packs else None
+        self.packs = self.sft.packing and cfg.train.forward == "packed"
         self.total_steps = self.sft.total_steps(len(self.splits.train))
         self.sampler = self._sampler()
         self.loss_parts = LossComponents(
@@ -162,7 +161,7 @@ class SftTrainer:
         self.model.eval()
         with autocast(self.cfg.train.precision, self.world.device):
             for start in range(0, len(held), size):
-                batch = sft_batch(held[start : start + size], self.pad_token_id, pack_length=self.pack_length)
+                batch = self._batch(held[start : start + size])
                 logprobs = self.models.logprobs(self.model, batch, self.loss_parts.forward, 1.0)
                 mask = batch.loss_mask.to(logprobs.dtype)
                 total -= float((logprobs * mask).sum())
@@ -187,6 +186,15 @@ class SftTrainer:
         self.world.barrier("evaluation on rank 0")
         return result
 
+    def _batch(self, examples: list[SftExample]):
+        """The examples as a batch; packed (``sft.packing``) into rows of at most ``sft.pack_length`` tokens, by default
+        the longest example's length: the packed forward attends densely within a row (a block mask), so a row longer
+        than the longest example would cost more attention than the padded layout saves."""
+        pack_length = None
+        if self.packs:
+            pack_length = self.sft.pack_length or max(len(e.input_ids) for e in examples)
+        return sft_batch(examples, self.pad_token_id, pack_length=pack_length)
+
     @property
     def pad_token_id(self) -> int:
         pad = self.tokenizer.pad_token_id
@@ -201,7 +209,7 @@ class SftTrainer:
 
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        batch = sft_batch(self._step_examples(), self.pad_token_id, pack_length=self.pack_length)
+        batch = self._batch(self._step_examples())
         metrics = policy_update(
             self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator,
             Coefficients(), self.models.strategy,
