@@ -4,30 +4,20 @@ previous intact checkpoint; a damaged trainer state does not stop an export of i
 from __future__ import annotations
 
 import pytest
-from tests.tiny_runs import TESTS, run_config, same_weights, weights
+from tests.tiny_runs import full_and_lora_runs, same_weights, weights
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from grove.cli import app
 from grove.infra import checkpoint as ckpt
 from grove.models.lora import ModelFilesError, export_merged
-from grove.models.tiny import create_tiny_model_dir
 from grove.training.checkpoint_export import DamagedCheckpointError, export_checkpoint
-from grove.training.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A 2-step full fine-tuning run and a 2-step LoRA run, a checkpoint after each step."""
-    import sys
-
-    sys.path.insert(0, str(TESTS))
-    root = tmp_path_factory.mktemp("export")
-    tiny = create_tiny_model_dir(root / "tiny")
-    full, lora = root / "full", root / "lora"
-    Trainer(run_config(tiny, full, 2), full).run()
-    Trainer(run_config(tiny, lora, 2, **{"model.lora": "{r: 2, alpha: 4, target_modules: [q_proj, v_proj]}"}), lora).run()
-    return full, lora
+    return full_and_lora_runs(tmp_path_factory.mktemp("export"))[1:]
 
 
 def _copy(src, dst):

@@ -7,14 +7,13 @@ import shutil
 
 import pytest
 import torch
-from tests.tiny_runs import TESTS, run_config, same_weights, weights
+from tests.tiny_runs import full_and_lora_runs, run_config, same_weights, weights
 
 from grove.config import ConfigError
 from grove.core.losses import PolicyLossInput
 from grove.infra import checkpoint as ckpt
 from grove.models.initial_weights import initial_model_dir, policy_source
 from grove.models.pretrained import ModelLoadError, load_policy
-from grove.models.tiny import create_tiny_model_dir
 from grove.registry import POLICY_LOSSES
 from grove.training.preflight import preflight
 from grove.training.trainer import Trainer
@@ -32,15 +31,7 @@ def test_nll_is_the_negative_log_likelihood_of_the_loss_tokens():
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    import sys
-
-    sys.path.insert(0, str(TESTS))
-    root = tmp_path_factory.mktemp("init_from")
-    tiny = create_tiny_model_dir(root / "tiny")
-    full, lora = root / "full", root / "lora"
-    Trainer(run_config(tiny, full, 2), full).run()
-    Trainer(run_config(tiny, lora, 2, **{"model.lora": "{r: 2, alpha: 4, target_modules: [q_proj, v_proj]}"}), lora).run()
-    return tiny, full, lora
+    return full_and_lora_runs(tmp_path_factory.mktemp("init_from"))
 
 
 def _state(path) -> dict[str, torch.Tensor]:

@@ -45,6 +45,22 @@ def finished_run(model: Path, out: Path, steps: int = 3, **extra) -> Path:
     return out
 
 
+def full_and_lora_runs(root: Path) -> tuple[Path, Path, Path]:
+    """A tiny model under ``root`` and two 2-step runs from it (a checkpoint after each step): full fine-tuning and
+    LoRA adapters on ``q_proj`` and ``v_proj``. Returns ``(model, full, lora)``."""
+    import sys
+
+    from grove.models.tiny import create_tiny_model_dir
+    from grove.training.trainer import Trainer
+
+    sys.path.insert(0, str(TESTS))  # the runs' user reward
+    tiny = create_tiny_model_dir(root / "tiny")
+    full, lora = root / "full", root / "lora"
+    Trainer(run_config(tiny, full, 2), full).run()
+    Trainer(run_config(tiny, lora, 2, **{"model.lora": "{r: 2, alpha: 4, target_modules: [q_proj, v_proj]}"}), lora).run()
+    return tiny, full, lora
+
+
 def config_file(path: Path, model: Path, out: Path, steps: int, **extra) -> Path:
     """The same run as a YAML file for ``grove train``."""
     path.write_text(dump_config(run_config(model, out, steps, **extra)))
