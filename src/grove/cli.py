@@ -211,6 +211,8 @@ def demos(
     if keep not in ("won", "all"):
         _fail(f"--keep {keep!r}: choose 'won' or 'all'")
     cfg = _load(config, set_)
+    from types import SimpleNamespace
+
     from transformers import AutoConfig, AutoTokenizer
 
     from grove.demos import write_demonstrations
@@ -223,18 +225,11 @@ def demos(
         model_config = AutoConfig.from_pretrained(path, local_files_only=True)
         summary = write_demonstrations(
             cfg, tokenizer, out, episodes=episodes, noise=noise, keep=keep, seed=seed,
-            model_context=context_length(_WithConfig(model_config), tokenizer),
+            model_context=context_length(SimpleNamespace(config=model_config), tokenizer),  # no weights needed
         )
     except (*user_error_types(), ValueError, OSError) as exc:
         _fail(user_message(exc))
     console.print(summary.describe())
-
-
-class _WithConfig:
-    """Something with a ``config`` attribute, for :func:`grove.rollout.engine.context_length` without weights."""
-
-    def __init__(self, config: object) -> None:
-        self.config = config
 
 
 @app.command("eval")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grove.config import GroveConfig
-from grove.sft.data import SftDataError, SftExample, load_sft_examples, split_held_out
+from grove.sft.data import SftExample, load_sft_examples, split_held_out
 
 __all__ = ["SftSplits", "load_splits"]
 
@@ -23,7 +23,8 @@ class SftSplits:
 def load_splits(cfg: GroveConfig, tokenizer: Any, max_length: int) -> SftSplits:
     """``sft.data`` tokenised (``sft.format``, ``sft.overflow``, the rollout's system prompt and chat template, so a
     single-turn example is tokenised as a rollout's prompt and answer); held out: ``sft.eval_data``, else
-    ``sft.eval_fraction`` of the rows (a seeded split)."""
+    ``sft.eval_fraction`` of the rows (a seeded split; a single row is all trained on). Both parts are never empty
+    of training rows: :func:`load_sft_examples` returns at least one and the split keeps at least one."""
     sft = cfg.sft
     assert sft is not None
 
@@ -40,10 +41,5 @@ def load_splits(cfg: GroveConfig, tokenizer: Any, max_length: int) -> SftSplits:
         train, held_out = split_held_out(examples, sft.eval_fraction, cfg.seed)
     else:
         train, held_out = examples, []
-    if not train:
-        raise SftDataError(
-            f"sft.data {sft.data}: no training rows left (after the held-out split and sft.overflow); add rows, or "
-            "lower sft.eval_fraction"
-        )
     log.info("sft: %d training rows, %d held out", len(train), len(held_out))
     return SftSplits(train, held_out)

@@ -28,6 +28,7 @@ from grove.config import ConfigError, GroveConfig
 from grove.distributed.world import World, derived_seed, init_world
 from grove.evaluation.evaluate import EvalResult
 from grove.experience import SourceContext, build_experience_source
+from grove.experience.task_sampler import TaskSampler
 from grove.infra import checkpoint as ckpt
 from grove.infra.precision import autocast
 from grove.infra.progress import TrainProgress
@@ -136,9 +137,8 @@ class SftTrainer:
             else NullRunLogger()
         )
 
-    def _sampler(self):
-        from grove.experience.task_sampler import TaskSampler
-
+    def _sampler(self) -> TaskSampler:
+        """The epoch-based order of the training examples (its position is part of the checkpoint)."""
         return TaskSampler(len(self.splits.train), self.cfg.seed)
 
     def _evaluator(self):
