@@ -1,22 +1,27 @@
-"""Agent rollout speed: rollout tokens/s and environment steps/s of one step's episodes, no training.
+"""Agent rollout speed: one step's episodes against single-turn generation at the same batch size, no training.
 
-Builds the policy, tokenizer, engine and environment source from an example config as the trainer does, then
-plays ``--rounds`` rounds of one training step's groups (``train.prompts_per_step`` groups ×
+Builds the policy (``model.init_from``'s warm start when the config names one), its generation copy
+(bfloat16 or prepacked, as the trainer builds it), the engine and the environment source from an example
+config, then plays ``--rounds`` rounds of one training step's groups (``train.prompts_per_step`` groups ×
 ``train.completions_per_prompt`` environments; one batched generate per turn over the live environments),
-each round from the next tasks and seeds of the training sampler. Per round and as medians: generation,
-environment and other seconds (prompt building and tokenisation = wall − generation − environment; the
-environment's time as ``run_episodes`` counts it: reset, parse, step and the prompter's record),
-tokens/s, environment steps/s, the token positions the prefill forwards ran (``rollout.prefix_reuse`` cuts
-them), the live environments of each turn, peak RSS.
+each round from the next tasks and seeds of the training sampler. After each round a **single-turn
+companion** generates once from that round's first-turn contexts (one row per environment, the same sampling
+and new-token budget) and its *decode* tokens/s (tokens over the time after the prefill) is the yardstick:
+``ratio`` = the rollout's tokens/s over the wall clock ÷ that decode rate. Per round and as medians:
+generation seconds (and the prefill's part), environment and other seconds (prompt building and
+tokenisation = wall − generation − environment; the environment's time as ``run_episodes`` counts it: reset,
+parse, step and the prompter's record), the token positions the prefill forwards ran (pads included; in all
+and per generated token), the live environments of each turn, peak RSS.
 
     python benchmarks/multi_turn_rollout.py --rounds 5 --precision fp32
     python benchmarks/multi_turn_rollout.py --config examples/sokoban_gigpo.yaml --precision bf16
     python benchmarks/multi_turn_rollout.py --precision bf16 --set rollout.prefix_reuse=false   # without reuse
+    python benchmarks/multi_turn_rollout.py --set model.init_from=null   # the base model
     python benchmarks/multi_turn_rollout.py --tiny --rounds 1 --warmup 0   # smoke run, a tiny random model
 
-``--precision``: fp32 (float32 weights, no autocast), bf16 (generation from a bfloat16 copy of the weights,
-``rollout.bf16_weights``), bf16-autocast (float32 weights under bfloat16 autocast: the trainer's mode for
-``train.precision: bf16`` without ``rollout.bf16_weights``). The last line is ``RESULT {json}``.
+``--precision`` sets the trainer's settings: fp32 (``train.precision: fp32``, no bf16 copy: a prepacked fp32
+copy), bf16 (a bfloat16 copy, ``rollout.bf16_weights``), bf16-autocast (float32 weights under bfloat16
+autocast). The last line is ``RESULT {json}``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import resource
 import statistics
 import tempfile
 import time
+from collections import Counter
 
 import torch
 
@@ -35,33 +41,52 @@ from grove.config import load_config
 from grove.experience import SourceContext, build_experience_source
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime, release_host_memory
+from grove.models.initial_weights import policy_source
 from grove.models.pretrained import load_policy
-from grove.rollout.generation_weights import GenerationWeights
 from grove.rollout.hf_engine import TransformersEngine
+from grove.training.policy_models import build_generation_weights
 
 COLUMNS = [  # (key, header, format)
-    ("turns", "turns", "{:.0f}"), ("actions", "actions", "{:.0f}"), ("env_steps", "env steps", "{:.0f}"),
-    ("tokens", "gen tokens", "{:.0f}"), ("prompt_tokens_run", "prefill tokens", "{:.0f}"), ("generation_s", "gen s", "{:.2f}"), ("environment_s", "env s", "{:.3f}"),
+    ("turns", "turns", "{:.0f}"), ("actions", "actions", "{:.0f}"), ("tokens", "gen tokens", "{:.0f}"),
+    ("prompt_tokens_run", "prefill tokens", "{:.0f}"), ("prefill_per_token", "prefill per gen token", "{:.1f}"),
+    ("generation_s", "gen s", "{:.2f}"), ("prefill_s", "of it prefill s", "{:.2f}"), ("environment_s", "env s", "{:.3f}"),
     ("other_s", "other s", "{:.3f}"), ("wall_s", "wall s", "{:.2f}"), ("tokens_per_s", "tok/s (wall)", "{:.1f}"),
-    ("tokens_per_generation_s", "tok/s (gen)", "{:.1f}"), ("env_steps_per_s", "steps/s (wall)", "{:.2f}"),
+    ("single_decode_tokens_per_s", "single-turn decode tok/s", "{:.1f}"), ("vs_single_decode", "ratio", "{:.2f}"),
     ("env_steps_per_environment_s", "steps/s (env)", "{:.0f}"),
 ]
+# the trainer's settings each --precision stands for
+PRECISIONS = {
+    "fp32": ["train.precision=fp32", "rollout.bf16_weights=false"],
+    "bf16": ["train.precision=bf16", "rollout.bf16_weights=true"],
+    "bf16-autocast": ["train.precision=bf16", "rollout.bf16_weights=false"],
+}
 
 
 class TimedEngine(TransformersEngine):
-    """The trainer's engine, recording each batched generate call: (rows, generated tokens, seconds), and the
-    token positions (pads included) its prefill forwards ran."""
+    """The trainer's engine, recording each batched generate call: (rows, generated tokens, seconds, prefill
+    seconds), its prompts, and the token positions (pads included) its prefill forwards ran."""
 
-    calls: list[tuple[int, int, float]]
+    calls: list[tuple[int, int, float, float]]
+    prompts: list[list[list[int]]]
     prefilled: int = 0
+    _prefill_seconds: float = 0.0
 
     def _run(self, ids, attn, positions, cache):
         self.prefilled += ids.numel()
         return super()._run(ids, attn, positions, cache)
 
+    def _prefill(self, ids, attn):
+        start = time.perf_counter()
+        try:
+            return super()._prefill(ids, attn)
+        finally:
+            self._prefill_seconds += time.perf_counter() - start
+
     def generate(self, prompt_token_ids, n, sampling, generator):
+        self._prefill_seconds = 0.0
         out = super().generate(prompt_token_ids, n, sampling, generator)
-        self.calls.append((len(prompt_token_ids) * n, out.num_generated_tokens, out.seconds))
+        self.calls.append((len(prompt_token_ids) * n, out.num_generated_tokens, out.seconds, self._prefill_seconds))
+        self.prompts.append(prompt_token_ids)
         return out
 
 
@@ -69,34 +94,58 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
 
 
-def one_round(source, engine: TimedEngine, precision: str) -> dict:
-    engine.calls, engine.prefilled = [], 0
+def one_round(source, engine: TimedEngine, precision: str, seed: int) -> dict:
+    engine.calls, engine.prompts, engine.prefilled = [], [], 0
     starts = source.draw_starts()  # the trainer's next (task, seed) starts
     start = time.perf_counter()
-    with autocast("fp32" if precision == "fp32" else "bf16"):
+    with autocast(precision):
         run = source.play(starts, source.group_size, source.sampling)
     wall = time.perf_counter() - start
     release_host_memory()  # as the trainer does after generation
+    calls, prefilled = engine.calls, engine.prefilled
+    single = single_turn(source, engine, engine.prompts[0], precision, seed)
     gen, env = run.generation_seconds, run.environment_seconds
+    tokens_per_s = run.generated_tokens / wall
     return {
         "episodes": len(run.trajectories),
-        "turns": len(engine.calls),
+        "turns": len(calls),
         "actions": sum(len(t.turns) for t in run.trajectories),
         "env_steps": run.environment_steps,
         "tokens": run.generated_tokens,
-        "prompt_tokens_run": engine.prefilled,
+        "prompt_tokens_run": prefilled,
+        "prefill_per_token": prefilled / max(run.generated_tokens, 1),
         "generation_s": gen,
+        "prefill_s": sum(p for *_, p in calls),
         "environment_s": env,
         "other_s": wall - gen - env,
         "wall_s": wall,
-        "tokens_per_s": run.generated_tokens / wall,
+        "tokens_per_s": tokens_per_s,
         "tokens_per_generation_s": run.generated_tokens / max(gen, 1e-9),
+        "single_decode_tokens_per_s": single["decode_tokens_per_s"],
+        "vs_single_decode": tokens_per_s / single["decode_tokens_per_s"],
         "env_steps_per_s": run.environment_steps / wall,
         "env_steps_per_environment_s": run.environment_steps / max(env, 1e-9),
-        "live_per_turn": [rows for rows, _, _ in engine.calls],
-        "generation_s_per_turn": [round(s, 4) for _, _, s in engine.calls],
+        "live_per_turn": [rows for rows, *_ in calls],
+        "generation_s_per_turn": [round(s, 4) for _, _, s, _ in calls],
+        "prefill_s_per_turn": [round(p, 4) for *_, p in calls],
+        "single_turn": single,
         "won": sum(t.won for t in run.trajectories),
         "errors": run.errors,
+    }
+
+
+def single_turn(source, engine: TimedEngine, prompts: list[list[int]], precision: str, seed: int) -> dict:
+    """The companion single-turn run: one generate call from the round's first-turn contexts (one row per
+    environment, the same sampling and new-token budget), outside any multi-turn reuse. Decode tokens/s counts
+    the generated tokens over the time after the prefill."""
+    engine.calls, engine.prompts = [], []
+    with autocast(precision):
+        out = engine.generate(prompts, 1, source.sampling, torch.Generator().manual_seed(seed))
+    rows, tokens, seconds, prefill = engine.calls[0]
+    return {
+        "rows": rows, "tokens": tokens, "seconds": seconds, "prefill_s": prefill,
+        "decode_tokens_per_s": tokens / max(seconds - prefill, 1e-9), "tokens_per_s": tokens / seconds,
+        "finish_reasons": dict(Counter(out.finish_reasons)),
     }
 
 
@@ -111,27 +160,31 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override, e.g. --set train.prompts_per_step=4 --set env.max_turns=4")
     args = parser.parse_args(argv)
-    overrides = list(args.overrides)
+    overrides = [*PRECISIONS[args.precision], *args.overrides]
     with tempfile.TemporaryDirectory() as tmp:
         if args.tiny:
             from grove.models.tiny import create_tiny_model_dir
 
             tiny = create_tiny_model_dir(f"{tmp}/tiny", max_position_embeddings=2048)  # agent prompts run past 512
-            overrides.insert(0, f"model.name={tiny}")
+            overrides[:0] = [f"model.name={tiny}", "model.init_from=null"]
         cfg = load_config(args.config, overrides)
         configure_runtime(**cfg.runtime_settings(args.threads))
         torch.manual_seed(cfg.seed)
-        model, tokenizer = load_policy(cfg.model.name, dtype=getattr(torch, cfg.model.dtype))
+        # the trainer's weights (the warm start of model.init_from) and generation copy (bf16 / prepacked)
+        model, tokenizer = load_policy(policy_source(cfg.model.name, cfg.model.init_from),
+                                       dtype=getattr(torch, cfg.model.dtype))
     model.eval().requires_grad_(False)
-    if args.precision == "bf16":  # what build_policy_models does with rollout.bf16_weights
-        model = GenerationWeights(model).model
+    generation = build_generation_weights(cfg, model, torch.device("cpu"))
+    if generation is not None:
+        model = generation.model
     engine = TimedEngine(model, tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse)
     source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
     if not hasattr(source, "play"):
         parser.error(f"{args.config} is not an environment config (experience source {cfg.source_id!r})")
-    for _ in range(args.warmup):
-        one_round(source, engine, args.precision)
-    rounds = [one_round(source, engine, args.precision) for _ in range(args.rounds)]
+    precision = cfg.train.precision
+    for i in range(args.warmup):
+        one_round(source, engine, precision, seed=i)
+    rounds = [one_round(source, engine, precision, seed=args.warmup + i) for i in range(args.rounds)]
 
     groups, size = cfg.train.prompts_per_step, cfg.train.completions_per_prompt
     print(f"{args.config}: env {cfg.env.id}, {groups} groups × {size} environments, max_turns {cfg.env.max_turns}, "

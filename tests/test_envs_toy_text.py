@@ -35,6 +35,21 @@ def test_frozenlake_renders_the_standard_map_and_reaches_the_goal():
         env.step("left")
 
 
+def test_frozenlake_compact_rendering_is_the_grid_and_position_with_the_legend_in_the_instructions():
+    full, compact = build_environment("frozenlake", {}), build_environment("frozenlake", {"render": "compact"})
+    a, b = full.make(), compact.make()
+    obs_a, obs_b = a.reset(0, 0), b.reset(0, 0)
+    assert obs_b.text.splitlines() == ["P . . .", ". H . H", ". . . H", "H . . G", "You are at row 1, column 1."]
+    assert obs_b.anchor == obs_a.anchor and obs_b.admissible_actions == obs_a.admissible_actions
+    assert "Legend" in obs_a.text and "Legend" in compact.instructions and "Legend" not in full.instructions
+    assert compact.instructions.startswith(full.instructions)
+    ta, tb = play(a, ["right", "right", "down"])[-1], play(b, ["right", "right", "down"])[-1]
+    assert ta.observation.anchor == tb.observation.anchor == 6 and (ta.reward, ta.done) == (tb.reward, tb.done)
+    assert tb.observation.text.splitlines()[-1] == "You are at row 2, column 3."
+    hole = play(b, ["left"])[-1].observation.text  # the step's note still comes first
+    assert hole.splitlines()[0] == "You fell into a hole. The episode is over." and len(hole) < len(ta.observation.text) + 40
+
+
 def test_frozenlake_hole_loses():
     env = build_environment("frozenlake", {}).make()
     env.reset(3, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -432,3 +433,102 @@ def test_packed_attention_mask_hides_siblings_and_padding():
         [0, 0, 0, 0, 0, 1],  # padding sees only itself (no empty softmax row)
     ])
     assert torch.equal(m, expected)
+
+
+@pytest.mark.parametrize("layout", ["padded", "shared_prefix", "packed"])
+def test_scoring_only_some_response_tokens_keeps_their_values_and_gradients(policy, layout):
+    """``scored_mask`` (an agent sample's policy tokens): the scored tokens' log-probs, entropies and every
+    parameter gradient equal those of scoring all tokens and masking the rest afterwards; unscored tokens get 0."""
+    from grove.models.forward import policy_forward_packed, policy_forward_shared_prefix
+
+    model, tokenizer = policy
+    model.train()
+    ids = encode_prompts(tokenizer, ["What is 2+2?", "Solve for x: 2x + 3 = 11."], system_prompt=None,
+                         use_chat_template=True)
+    engine = TransformersEngine(model, tokenizer, [])
+    out = engine.generate(ids, 2, SamplingParams(temperature=1.0, max_new_tokens=8), torch.Generator().manual_seed(5))
+    scored = torch.zeros_like(out.response_mask, dtype=torch.bool)
+    scored[:, 2:5] = True  # the middle tokens are the policy's, the rest context (environment tokens)
+    scored[1, 0] = True
+    forward = {
+        "padded": policy_forward,
+        "shared_prefix": lambda *a, **k: policy_forward_shared_prefix(*a, out.prompt_index, **k),
+        "packed": lambda *a, **k: policy_forward_packed(*a, out.prompt_index, **k),
+    }[layout]
+    args = (out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask)
+    weights = torch.randn(out.response_ids.shape, generator=torch.Generator().manual_seed(0)) * scored
+
+    def values_and_grads(**kw):
+        model.zero_grad()
+        logp, ent = forward(model, *args, temperature=0.8, with_entropy=True, **kw)
+        ((logp * weights).sum() + (ent * scored).sum()).backward()
+        return logp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    lp_all, ent_all, grad_all = values_and_grads()
+    lp, ent, grad = values_and_grads(scored_mask=scored)
+    torch.testing.assert_close(lp[scored], lp_all[scored], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent[scored], ent_all[scored], atol=1e-5, rtol=1e-5)
+    assert (lp[~scored] == 0).all() and (ent[~scored] == 0).all()
+    assert (lp_all[out.response_mask.bool() & ~scored] != 0).any()  # scoring all would have given them values
+    for name in grad_all:
+        torch.testing.assert_close(grad[name], grad_all[name], atol=5e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+    model.eval()
+
+
+def test_shared_prefixes_are_each_groups_common_leading_tokens():
+    from grove.models.forward import shared_prefixes
+
+    pad = 0
+    prompts = torch.tensor([[pad, 5, 6, 7, 8], [5, 6, 7, 9, 9], [pad, pad, 5, 6, 1], [pad, 3, 4, 5, 6], [pad, 3, 4, 5, 6]])
+    mask = (torch.arange(5)[None, :] >= torch.tensor([1, 0, 2, 1, 1])[:, None]).long()
+    groups = shared_prefixes(prompts, mask, torch.tensor([0, 0, 0, 1, 1]))
+    assert groups.shared.tolist() == [2, 3]  # [5, 6] in common; identical prompts keep their last token apart
+    assert groups.inverse.tolist() == [0, 0, 0, 1, 1] and groups.lengths.tolist() == [4, 5, 3, 4, 4]
+    assert groups.aligned[2, :3].tolist() == [5, 6, 1]
+    assert groups.positions_run == 2 + 3 + 5 * 3  # each prefix once, every row's rest padded to the longest (3)
+
+
+@pytest.mark.parametrize("layout", ["shared_prefix", "packed"])
+def test_prompts_sharing_only_their_beginning_run_it_once_with_the_padded_forwards_values_and_gradients(
+    policy, layout, monkeypatch
+):
+    """An agent's per-step prompts: the same instructions, then different observations. The shared-prefix forward
+    (and the packed layout, which picks it when it runs fewer positions) equals the padded forward."""
+    from grove.models.forward import layout_logprobs, shared_prefixes
+
+    model, tokenizer = policy
+    model.train()
+    system = "You walk on a frozen lake drawn as a grid; reach the goal without falling into a hole. " * 2
+    texts = ["P . H\n. . G", "P . .\nH . G\n(step 2)", "P H .\n. . G, where next?", "It is dark.", "A room."]
+    ids = encode_prompts(tokenizer, texts, system_prompt=system, use_chat_template=True)
+    engine = TransformersEngine(model, tokenizer, [])
+    out = engine.generate(ids, 1, SamplingParams(temperature=1.0, max_new_tokens=4), torch.Generator().manual_seed(2))
+    group = torch.tensor([0, 0, 0, 1, 1])
+    groups = shared_prefixes(out.prompt_ids, out.prompt_mask, group)
+    assert (groups.shared > 20).all() and (groups.shared < groups.lengths[groups.first] - 1).all()
+    n, r = out.response_ids.shape
+    batch = SimpleNamespace(  # what a forward layout reads of a RolloutBatch
+        prompt_ids=out.prompt_ids, prompt_mask=out.prompt_mask, response_ids=out.response_ids,
+        response_mask=out.response_mask, group_index=group, token_steps=None,
+    )
+    weights = torch.randn((n, r), generator=torch.Generator().manual_seed(0))
+
+    def values_and_grads(name):
+        model.zero_grad()
+        logp, ent = layout_logprobs(model, batch, name, temperature=0.8, with_entropy=True)
+        ((logp * weights).sum() + ent.sum()).backward()
+        return logp.detach(), ent.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    import grove.models.forward as forward_module
+
+    calls = []
+    real = forward_module.policy_forward_shared_prefix
+    monkeypatch.setattr(forward_module, "policy_forward_shared_prefix", lambda *a, **k: calls.append(1) or real(*a, **k))
+    lp_a, ent_a, grad_a = values_and_grads("padded")
+    lp_b, ent_b, grad_b = values_and_grads(layout)
+    assert calls == [1]  # the shared-prefix forward ran (packed picks it: fewer positions than a row per sample)
+    torch.testing.assert_close(lp_b, lp_a, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent_b, ent_a, atol=1e-5, rtol=1e-5)
+    for name in grad_a:
+        torch.testing.assert_close(grad_b[name], grad_a[name], atol=5e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+    model.eval()

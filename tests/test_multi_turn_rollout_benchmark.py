@@ -1,5 +1,5 @@
-"""benchmarks/multi_turn_rollout.py runs end to end on a tiny random model (one round of FrozenLake episodes) and
-its RESULT line holds consistent numbers."""
+"""benchmarks/multi_turn_rollout.py runs end to end on a tiny random model (one round of FrozenLake episodes and its
+single-turn companion) and its RESULT line holds consistent numbers."""
 
 from __future__ import annotations
 
@@ -35,4 +35,10 @@ def test_multi_turn_rollout_benchmark_on_a_tiny_model(capsys) -> None:
     assert r["generation_s"] + r["environment_s"] + r["other_s"] == pytest.approx(r["wall_s"])
     assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["wall_s"])
     assert r["env_steps_per_environment_s"] == pytest.approx(r["env_steps"] / r["environment_s"])
+    assert r["prompt_tokens_run"] > 0 and r["prefill_per_token"] == pytest.approx(r["prompt_tokens_run"] / r["tokens"])
+    assert 0 < r["prefill_s"] < r["generation_s"] and len(r["prefill_s_per_turn"]) == r["turns"]
+    single = r["single_turn"]  # the companion: one generate from the first turn's contexts, one row per environment
+    assert single["rows"] == 4 and 0 < single["tokens"] <= 4 * 4 and 0 < single["prefill_s"] < single["seconds"]
+    assert single["decode_tokens_per_s"] == pytest.approx(single["tokens"] / (single["seconds"] - single["prefill_s"]))
+    assert r["vs_single_decode"] == pytest.approx(r["tokens_per_s"] / single["decode_tokens_per_s"])
     assert result["median"]["tokens"] == r["tokens"] and result["peak_rss_gb"] > 0

@@ -170,9 +170,12 @@ class TrainConfig(Section):
     forward: Literal["packed", "shared_prefix", "padded"] = Field(
         "packed",
         description="Training forward layout. 'packed': one padding-free row per prompt with its completions back to "
-        "back under a block attention mask (each prompt once, no padding compute); 'shared_prefix': each prompt once, "
-        "its KV cache fanned out to padded completions; 'padded': every completion with its own copy of the prompt. "
-        "All three give the same values and gradients.",
+        "back under a block attention mask (each prompt once, no padding compute); when a group's prompts differ "
+        "after a common beginning (an agent's per-step prompts), that beginning runs once as in 'shared_prefix' if "
+        "this runs fewer positions. 'shared_prefix': the tokens a group's prompts share run once, their KV cache "
+        "fanned out to each row's remaining prompt and padded completion (best for agent episodes trained as one "
+        "long conversation). 'padded': every completion with its own copy of the prompt. All three give the same "
+        "values and gradients.",
     )
     logit_cache_mb: float = Field(
         512,

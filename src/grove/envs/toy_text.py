@@ -301,7 +301,12 @@ class FrozenLakeParams(BaseModel):
         description="Held-out task ids from 100000 up; with maps='random', ids whose map equals a training map "
         "are skipped.",
     )
-
+    render: Literal["full", "compact"] = Field(
+        "full",
+        description="'full': each observation has a heading, the grid, a legend and both positions in words "
+        "(≈ 90 tokens at size 4); 'compact': the grid and your position only (≈ 40 tokens), the legend moves to "
+        "the instructions. Compact observations cost less prefill per turn and fewer training tokens.",
+    )
 
     @model_validator(mode="after")
     def _fixed_maps_exist(self) -> FrozenLakeParams:
@@ -317,6 +322,9 @@ def _frozenlake_map(size: int, maps: str, p: float, task_id: int) -> tuple[str, 
     if maps == "fixed":
         return tuple(MAPS[f"{size}x{size}"])
     return tuple(generate_random_map(size=size, p=p, seed=task_id))
+
+
+_FROZENLAKE_LEGEND = "Legend: P = you, . = frozen ice (safe), H = hole, G = goal."
 
 
 class FrozenLakeEnvironment(ToyTextEnvironment):
@@ -361,9 +369,11 @@ class FrozenLakeEnvironment(ToyTextEnvironment):
         cells = [[{"S": ".", "F": "."}.get(c.decode(), c.decode()) for c in line] for line in desc]
         cells[row][col] = "P"
         lines = [note] if note else []
+        if self.params.render == "compact":
+            return "\n".join([*lines, *_grid_lines(cells), f"You are at {_where(row, col)}."])
         lines += ["The frozen lake (row 1 is the top, column 1 the left):", *_grid_lines(cells)]
         lines += [
-            "Legend: P = you, . = frozen ice (safe), H = hole, G = goal.",
+            _FROZENLAKE_LEGEND,
             f"You are at {_where(row, col)}; the goal is at {_where(*divmod(desc.size - 1, desc.shape[1]))}.",
         ]
         return "\n".join(lines)
@@ -405,6 +415,11 @@ def frozenlake_suite(params: FrozenLakeParams) -> EnvironmentSuite:
         f"reward 1.{slip} Moving into the edge of the lake leaves you where you are. Actions: left, down, "
         "right, up.\n" + _ANSWER_FORMAT.format(example="right")
     )
+    if params.render == "compact":  # what the compact observations leave out
+        instructions += (
+            "\nEach observation draws the lake row by row, row 1 at the top and column 1 at the left. "
+            + _FROZENLAKE_LEGEND
+        )
     return EnvironmentSuite(
         name="frozenlake",
         make=lambda: FrozenLakeEnvironment(params),

@@ -140,14 +140,17 @@ class EnvironmentSource:
             kept.extend(t for t in rest if t.group in set(fill))
         kept = [t for t in _renumber_groups(kept) if t.group < groups]
         _require_a_turn(kept, step, self.suite.name)
+        start = time.perf_counter()
         batch, scores = trajectories_to_batch(
             kept,
             self.group_size,
             pad_token_id=self.ctx.engine.pad_token_id,
             anchor_similarity=self.env_cfg.anchor_similarity,
         )
+        batch_seconds = time.perf_counter() - start  # the step table and anchor grouping included
         episode_stats = self.world.mean_over_ranks(
-            self._stats(kept, runs, batch, rounds, filled), "rollout: episode statistics"
+            {**self._stats(kept, runs, batch, rounds, filled), "batch_seconds": batch_seconds},
+            "rollout: episode statistics",
         )
         batch = with_reference_logprobs(batch, self.ctx.reference)
         batch, local_rows, scores = gather_batch(self.world, batch, self.ctx.engine.pad_token_id, scores)

@@ -28,6 +28,7 @@ __all__ = [
     "policy_forward_packed",
     "policy_forward_shared_prefix",
     "response_logprobs",
+    "shared_prefixes",
     "shares_prefixes",
     "supports_packing",
     "token_inputs",
@@ -70,6 +71,7 @@ def policy_forward(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    scored_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> tuple[Tensor, Tensor | None]:
@@ -77,6 +79,9 @@ def policy_forward(
 
     Works with grad (policy update) and under ``torch.no_grad()`` (reference / old-policy log-probs).
     ``temperature`` must be the sampling temperature for the log-probs to be those of the sampled policy.
+    ``scored_mask`` (``[N, R]``, within ``response_mask``; default: all of it): the response tokens whose
+    log-probs and entropies are computed, the others read as context only and get 0 (an agent sample's
+    environment tokens: the output projection over the vocabulary is a fifth of a small model's per-token cost).
     Models whose logits are not ``final_hidden @ lm_head.weight.T (+ bias)`` (logit soft-capping or scaling)
     are rejected.
     """
@@ -96,9 +101,16 @@ def policy_forward(
         **token_inputs(backbone, input_ids), attention_mask=attention_mask, position_ids=position_ids, use_cache=False
     ).last_hidden_state
     hidden = hidden[:, p - 1 : p + r - 1]  # the state at position t predicts token t + 1
-    selected = hidden[response_mask.bool()]  # the states that predict real response tokens
-    return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size,
+    scored = _scored(response_mask, scored_mask)
+    selected = hidden[scored]  # the states that predict the scored response tokens
+    return _selected_logprobs(model, selected, response_ids, scored, temperature, with_entropy, chunk_size,
                               cache_bytes)
+
+
+def _scored(response_mask: Tensor, scored_mask: Tensor | None) -> Tensor:
+    """``bool [N, R]``: the response tokens to compute log-probs for (``scored_mask`` within ``response_mask``)."""
+    keep = response_mask.bool()
+    return keep if scored_mask is None else keep & scored_mask.bool()
 
 
 def _selected_logprobs(
@@ -111,8 +123,8 @@ def _selected_logprobs(
     chunk_size: int,
     cache_bytes: int,
 ) -> tuple[Tensor, Tensor | None]:
-    """``[N, R]`` log-probs/entropies from the predicting states of the real response tokens, ``hidden
-    [num tokens, H]`` in row-major order of ``response_mask``."""
+    """``[N, R]`` log-probs/entropies from the predicting states of the scored response tokens (``response_mask``
+    here: the tokens to score), ``hidden [num tokens, H]`` in row-major order of that mask; 0 elsewhere."""
     n, r = response_ids.shape
     keep = response_mask.bool()
     head = model.get_output_embeddings()
@@ -159,6 +171,48 @@ def _fan_out_cache(cache, rows: Tensor) -> None:
             layer.batch_select_indices(rows)
 
 
+@dataclass(frozen=True)
+class SharedPrefixes:
+    """How the prompts of a micro-batch split into a part shared within each prefix group and a remainder.
+
+    ``inverse [N]``: each row's group; ``first [U]``: each group's first row; ``shared [U]``: how many leading
+    prompt tokens all rows of the group have in common, at most the group's shortest prompt less one (so every
+    row keeps at least its last prompt token, whose state predicts its first response token); ``aligned
+    [N, P]``: the prompts left-aligned; ``lengths [N]``: the prompt lengths.
+    """
+
+    inverse: Tensor
+    first: Tensor
+    shared: Tensor
+    aligned: Tensor
+    lengths: Tensor
+
+    @property
+    def positions_run(self) -> int:
+        """Prompt positions the shared-prefix forward runs: each group's prefix once, every row's remainder padded
+        to the longest remainder."""
+        remainder = self.lengths - self.shared[self.inverse]
+        return int(self.shared.sum()) + len(self.lengths) * int(remainder.max())
+
+
+def shared_prefixes(prompt_ids: Tensor, prompt_mask: Tensor, prefix_index: Tensor) -> SharedPrefixes:
+    """The common leading prompt tokens of each group of rows with equal ``prefix_index`` (vectorised)."""
+    mask = prompt_mask.bool()
+    lengths = mask.sum(1)
+    width = prompt_ids.shape[1]
+    column = torch.arange(width, device=prompt_ids.device)[None, :]
+    aligned = prompt_ids.gather(1, (column + width - lengths[:, None]).clamp(max=width - 1))
+    valid = column < lengths[:, None]
+    _, inverse = torch.unique(prefix_index, return_inverse=True)
+    first = _first_rows(inverse)
+    same = (aligned == aligned[first][inverse]) & valid & valid[first][inverse]
+    common = same.long().cumprod(1).sum(1)  # each row's common prefix with its group's first row
+    limit = torch.minimum(common, lengths - 1)
+    shared = torch.full((len(first),), width, dtype=limit.dtype, device=limit.device)
+    shared = shared.scatter_reduce(0, inverse, limit, "amin")
+    return SharedPrefixes(inverse, first, shared, aligned, lengths)
+
+
 def policy_forward_shared_prefix(
     model: nn.Module,
     prompt_ids: Tensor,
@@ -169,45 +223,68 @@ def policy_forward_shared_prefix(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    scored_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> tuple[Tensor, Tensor | None]:
-    """:func:`policy_forward` computing each shared prompt once (the Prefix Grouper idea).
+    """:func:`policy_forward` computing the prompt tokens a group of rows shares once (the Prefix Grouper idea).
 
-    Rows with equal ``prefix_index`` must have identical prompts (:func:`shares_prefixes`). The
-    unique prompts go through the model once; their key/value cache is fanned out to every row
-    (an indexing op, so gradients from all G responses flow back into the one prefix pass and sum
-    there, exactly as in the padded forward), and the responses attend to it. Positions are the
-    padded forward's, so values and gradients equal :func:`policy_forward`'s up to float rounding.
-    With prompts ~4× longer than the answers and G = 8 this cuts the forward/backward FLOPs ~3×.
-    (Prefix Grouper: "Efficient GRPO Training through Shared-Prefix Forward".)
+    Rows with equal ``prefix_index`` are a group; the leading tokens all its prompts have in common
+    (:func:`shared_prefixes`: the whole prompt but its last token when the prompts are identical, e.g. the G
+    completions of one prompt; the instructions when they differ after them, e.g. an agent's per-step prompts)
+    go through the model once, and their key/value cache is fanned out to every row (an indexing op, so the
+    gradients from all rows flow back into the one prefix pass and sum there, as in the padded forward). Each
+    row then runs the rest of its prompt (left-padded) and its response against that cache. Positions are the
+    padded forward's, so values and gradients equal :func:`policy_forward`'s up to float rounding. With prompts
+    ~4× longer than the answers and G = 8 this cuts the forward/backward FLOPs ~3×. (Prefix Grouper: "Efficient
+    GRPO Training through Shared-Prefix Forward".) When some group shares no token (one-token prompts), the
+    padded forward runs instead.
     """
     from transformers import DynamicCache
 
-    _, inverse = torch.unique(prefix_index, return_inverse=True)
-    first = _first_rows(inverse)
-    prompts, mask = prompt_ids[first], prompt_mask[first].long()
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    groups = shared_prefixes(prompt_ids, prompt_mask, prefix_index)
+    if int(groups.shared.min()) < 1:
+        return policy_forward(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature=temperature,
+                              with_entropy=with_entropy, scored_mask=scored_mask, chunk_size=chunk_size,
+                              cache_bytes=cache_bytes)
+    inverse, shared = groups.inverse, groups.shared
+    device = prompt_ids.device
+    # the shared prefixes, left-padded: group u's tokens 0 .. shared[u] - 1 at positions 0 .. shared[u] - 1
+    width = int(shared.max())
+    column = torch.arange(width, device=device)[None, :]
+    offset = width - shared[:, None]
+    prefix_mask = column >= offset
+    prefix_source = (column - offset).clamp(min=0)
+    prefix_ids = groups.aligned[groups.first].gather(1, prefix_source).masked_fill(~prefix_mask, 0)
     backbone = decoder_backbone(model)
     cache = DynamicCache(config=model.config)
-    prefix = backbone(
-        **token_inputs(backbone, prompts), attention_mask=mask, position_ids=positions, past_key_values=cache,
-        use_cache=True,
-    ).last_hidden_state
-    _fan_out_cache(cache, inverse)  # the prompt's keys/values, once per response
-    attention_mask = torch.cat([mask[inverse], response_mask.long()], dim=1)
-    response_positions = positions[inverse, -1:] + response_mask.long().cumsum(-1)
+    backbone(
+        **token_inputs(backbone, prefix_ids), attention_mask=prefix_mask.long(), position_ids=prefix_source,
+        past_key_values=cache, use_cache=True,
+    )
+    _fan_out_cache(cache, inverse)  # each group's keys/values, once per row
+    # each row's remaining prompt tokens (at least one), left-padded, then its response
+    row_shared = shared[inverse]
+    rest = groups.lengths - row_shared
+    rest_width = int(rest.max())
+    column = torch.arange(rest_width, device=device)[None, :]
+    offset = rest_width - rest[:, None]
+    rest_mask = column >= offset
+    rest_source = (row_shared[:, None] + column - offset).clamp(min=0, max=prompt_ids.shape[1] - 1)
+    rest_ids = groups.aligned.gather(1, rest_source).masked_fill(~rest_mask, 0)
+    tail_mask = torch.cat([rest_mask.long(), response_mask.long()], dim=1)
     out = backbone(
-        **token_inputs(backbone, response_ids),
-        attention_mask=attention_mask,
-        position_ids=response_positions,
+        **token_inputs(backbone, torch.cat([rest_ids, response_ids], dim=1)),
+        attention_mask=torch.cat([prefix_mask.long()[inverse], tail_mask], dim=1),
+        position_ids=row_shared[:, None] + (tail_mask.cumsum(-1) - 1).clamp(min=0),
         past_key_values=cache,
         use_cache=True,
     ).last_hidden_state
-    # the prompt's last state predicts response token 0; response state t predicts token t + 1
-    hidden = torch.cat([gather_rows(prefix[:, -1:], inverse), out[:, :-1]], dim=1)
-    selected = hidden[response_mask.bool()]  # the states that predict real response tokens
-    return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size,
+    r = response_ids.shape[1]
+    hidden = out[:, rest_width - 1 : rest_width + r - 1]  # the state at position t predicts token t + 1
+    scored = _scored(response_mask, scored_mask)
+    selected = hidden[scored]  # the states that predict the scored response tokens
+    return _selected_logprobs(model, selected, response_ids, scored, temperature, with_entropy, chunk_size,
                               cache_bytes)
 
 
@@ -304,6 +381,7 @@ def policy_forward_packed(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    scored_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> tuple[Tensor, Tensor | None]:
@@ -333,26 +411,42 @@ def policy_forward_packed(
         use_cache=False,
     ).last_hidden_state
     # a prompt's last state predicts the first token of each of its responses: repeated rows (see gather_rows)
-    selected = gather_rows(hidden.flatten(0, 1), layout.predictor_row * hidden.shape[1] + layout.predictor_col)
-    return _selected_logprobs(model, selected, response_ids, response_mask, temperature, with_entropy, chunk_size,
+    predictors = layout.predictor_row * hidden.shape[1] + layout.predictor_col  # row-major order of response_mask
+    scored = _scored(response_mask, scored_mask)
+    if scored_mask is not None:
+        predictors = predictors[scored[response_mask.bool()]]
+    selected = gather_rows(hidden.flatten(0, 1), predictors)
+    return _selected_logprobs(model, selected, response_ids, scored, temperature, with_entropy, chunk_size,
                               cache_bytes)
 
 
+def _policy_tokens(mb: RolloutBatch) -> Tensor | None:
+    """The tokens a batch's forward scores: the policy's own (an agent sample's environment tokens are context)."""
+    return None if mb.token_steps is None else mb.policy_token_mask
+
+
 def _packed(model, mb, **kw):
-    shared = shares_prefixes(mb.prompt_ids, mb.prompt_mask, mb.group_index)
     args = (mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask)
-    return policy_forward_packed(model, *args, mb.group_index if shared else None, **kw)
+    if shares_prefixes(mb.prompt_ids, mb.prompt_mask, mb.group_index):
+        return policy_forward_packed(model, *args, mb.group_index, scored_mask=_policy_tokens(mb), **kw)
+    # prompts that differ within a group (an agent's per-step prompts share only the instructions): run each group's
+    # common leading tokens once when that runs fewer positions than packing every sample on its own
+    groups = shared_prefixes(mb.prompt_ids, mb.prompt_mask, mb.group_index)
+    alone = int(mb.prompt_mask.sum()) + int(mb.response_mask.sum())
+    fanned = groups.positions_run + mb.response_ids.shape[0] * int(mb.response_mask.sum(1).max())
+    if int(groups.shared.min()) >= 1 and fanned < alone:
+        return policy_forward_shared_prefix(model, *args, mb.group_index, scored_mask=_policy_tokens(mb), **kw)
+    return policy_forward_packed(model, *args, None, scored_mask=_policy_tokens(mb), **kw)
 
 
 def _shared_prefix(model, mb, **kw):
     args = (mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask)
-    if shares_prefixes(mb.prompt_ids, mb.prompt_mask, mb.group_index):
-        return policy_forward_shared_prefix(model, *args, mb.group_index, **kw)
-    return policy_forward(model, *args, **kw)
+    return policy_forward_shared_prefix(model, *args, mb.group_index, scored_mask=_policy_tokens(mb), **kw)
 
 
 def _padded(model, mb, **kw):
-    return policy_forward(model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask, **kw)
+    args = (mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask)
+    return policy_forward(model, *args, scored_mask=_policy_tokens(mb), **kw)
 
 
 FORWARD_LAYOUTS = {"packed": _packed, "shared_prefix": _shared_prefix, "padded": _padded}
@@ -363,7 +457,8 @@ def response_logprobs(model: nn.Module, batch: RolloutBatch, layout: str = "pack
 
     ``packed`` and ``shared_prefix`` encode a group's prompt once when its rows really share it
     (``group_index`` + :func:`shares_prefixes`); otherwise ``packed`` gives each sample its own
-    padding-free row and ``shared_prefix`` falls back to ``padded``. Keyword arguments go to the forward
+    padding-free row and ``shared_prefix`` falls back to ``padded``. Only the policy's own tokens are scored
+    (an agent sample's environment tokens read as context and get 0). Keyword arguments go to the forward
     (``temperature``, ``with_entropy``, ``chunk_size``, ``cache_bytes``).
 
     ``model`` is a bare causal LM, or a :class:`grove.models.logprob_module.ResponseLogprobModule` (possibly

@@ -30,6 +30,7 @@ on the whole step's batch, so batch-level statistics equal their single-process 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -323,7 +324,10 @@ def kl_penalised_scores(
 def with_advantages(
     batch: RolloutBatch, scores: Tensor, fn: AdvantageFn, params: BaseModel, stats: dict[str, float]
 ) -> tuple[RolloutBatch, Tensor]:
-    """The batch with the estimator's advantages; the estimator's statistics go to ``stats`` as ``advantage/*``."""
+    """The batch with the estimator's advantages; the estimator's statistics go to ``stats`` as ``advantage/*``,
+    its wall-clock seconds as ``advantage_seconds``."""
+    start = time.perf_counter()
     out = run_estimator(fn, batch, scores, params)
+    stats["advantage_seconds"] = time.perf_counter() - start
     stats.update({f"advantage/{k}": v for k, v in out.stats.items()})
     return batch.replace(advantages=out.advantages), scores

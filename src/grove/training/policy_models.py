@@ -41,7 +41,7 @@ from grove.models.pretrained import load_policy
 from grove.rollout.generation_weights import GenerationWeights
 from grove.rollout.prepacked_linear import prepacking_supported
 
-__all__ = ["PolicyModels", "build_policy_models", "set_activation_checkpointing"]
+__all__ = ["PolicyModels", "build_generation_weights", "build_policy_models", "set_activation_checkpointing"]
 
 
 @dataclass
@@ -138,6 +138,22 @@ def set_activation_checkpointing(causal_lm: nn.Module, enabled: bool) -> None:
         causal_lm.gradient_checkpointing_disable()
 
 
+def build_generation_weights(
+    cfg: GroveConfig, causal_lm: nn.Module, device: torch.device, *, sharded: bool = False
+) -> GenerationWeights | None:
+    """The copy generation decodes from (see the module docstring), or ``None`` to decode through the policy."""
+    dtype = getattr(torch, cfg.model.dtype)
+    prepack = cfg.rollout.prepacked_weights
+    if sharded:  # decode on a full replica, not through the shards
+        copy_dtype = torch.bfloat16 if generates_from_bf16_copy(cfg) else dtype
+        return GenerationWeights(causal_lm, copy_dtype, prepack=prepack)
+    if generates_from_bf16_copy(cfg):
+        return GenerationWeights(causal_lm, prepack=prepack)
+    if prepack and prepacking_supported(dtype, device):  # decode from a prepacked copy (freed in the update)
+        return GenerationWeights(causal_lm, dtype, prepack=True)
+    return None
+
+
 def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None) -> PolicyModels:
     dtype = getattr(torch, cfg.model.dtype)
     source = policy_source(cfg.model.name, cfg.model.init_from)
@@ -151,15 +167,7 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
         set_activation_checkpointing(causal_lm, True)
     causal_lm.to(world.device)
     sharded = world.distributed and cfg.distributed.strategy == "fsdp2"
-    generation_weights = None
-    prepack = cfg.rollout.prepacked_weights
-    if sharded:  # decode on a full replica, not through the shards
-        copy_dtype = torch.bfloat16 if generates_from_bf16_copy(cfg) else dtype
-        generation_weights = GenerationWeights(causal_lm, copy_dtype, prepack=prepack)
-    elif generates_from_bf16_copy(cfg):
-        generation_weights = GenerationWeights(causal_lm, prepack=prepack)
-    elif prepack and prepacking_supported(dtype, world.device):  # decode from a prepacked copy (freed in the update)
-        generation_weights = GenerationWeights(causal_lm, dtype, prepack=True)
+    generation_weights = build_generation_weights(cfg, causal_lm, world.device, sharded=sharded)
     if cfg.train.compile:  # after the generation copy is taken: generation stays eager
         if world.distributed:
             raise ConfigError("train.compile is not supported with several ranks yet; set train.compile: false")
