@@ -304,8 +304,9 @@ class FrozenLakeParams(BaseModel):
     render: Literal["full", "compact"] = Field(
         "full",
         description="'full': each observation has a heading, the grid, a legend and both positions in words "
-        "(≈ 90 tokens at size 4); 'compact': the grid and your position only (≈ 40 tokens), the legend moves to "
-        "the instructions. Compact observations cost less prefill per turn and fewer training tokens.",
+        "(≈ 90 tokens at size 4); 'compact': the grid and your position only (≈ 40 tokens), the legend and the "
+        "numbered actions move to the instructions (so env.show_admissible_actions: false loses nothing). Compact "
+        "observations cost less prefill per turn and fewer training tokens.",
     )
 
     @model_validator(mode="after")
@@ -415,10 +416,13 @@ def frozenlake_suite(params: FrozenLakeParams) -> EnvironmentSuite:
         f"reward 1.{slip} Moving into the edge of the lake leaves you where you are. Actions: left, down, "
         "right, up.\n" + _ANSWER_FORMAT.format(example="right")
     )
-    if params.render == "compact":  # what the compact observations leave out
+    if params.render == "compact":  # what the compact observations leave out, and the (fixed) numbered actions
         instructions += (
             "\nEach observation draws the lake row by row, row 1 at the top and column 1 at the left. "
             + _FROZENLAKE_LEGEND
+            + " The actions are always listed as: "
+            + ", ".join(f"{i}. {a}" for i, a in enumerate(FrozenLakeEnvironment.actions, start=1))
+            + "."
         )
     return EnvironmentSuite(
         name="frozenlake",
