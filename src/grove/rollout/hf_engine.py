@@ -284,7 +284,7 @@ class TransformersEngine(RolloutEngine):
                 one = DynamicCache(config=self.model.config)
                 self._run(prefix, torch.ones_like(prefix), torch.arange(shared, device=ids.device)[None], one)
                 made = KVBank(prefix, torch.tensor([shared], device=ids.device), [lay.keys for lay in one.layers],
-                              [lay.values for lay in one.layers])
+                              [lay.values for lay in one.layers], torch.arange(shared, device=ids.device)[None])
                 rows[fresh] = 0 if bank is None else bank.rows
                 bank = made if bank is None else KVBank.concat([bank, made])
                 reused[fresh] = shared
@@ -295,7 +295,11 @@ class TransformersEngine(RolloutEngine):
 
     def _cached_rows(self, cache: DynamicCache, rows: Tensor, attn: Tensor, layout: Tensor) -> KVBank:
         """The cache rows selected by ``rows`` (bool), compacted for reuse by the next call; ``attn`` and
-        ``layout`` (the token id at each cached position) are those rows' already."""
+        ``layout`` (the token id at each cached position) are those rows' already. When every row leaves (the
+        last decode step), the cache's own tensors are kept, uncopied: the decode loop is done with them."""
+        if bool(rows.all()):
+            return compact_rows([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers],
+                                attn, layout)
         return compact_rows(
             [layer.keys[rows] for layer in cache.layers], [layer.values[rows] for layer in cache.layers], attn, layout
         )

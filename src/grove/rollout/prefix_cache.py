@@ -33,16 +33,19 @@ MIN_REUSED_TOKENS = 16
 
 @dataclass
 class KVBank:
-    """Cached rows, compact and left-aligned: row ``r`` holds the keys/values of ``tokens[r, :lengths[r]]``.
+    """Cached rows: row ``r`` holds the keys/values of ``tokens[r, :lengths[r]]``.
 
-    ``keys[l]`` / ``values[l]``: layer ``l``'s ``[rows, kv_heads, width, head_dim]``; ``tokens`` ``[rows, width]``
-    (``-1`` past a row's length, so no prompt token matches there).
+    ``keys[l]`` / ``values[l]``: layer ``l``'s ``[rows, kv_heads, cached width, head_dim]`` as the model cached them
+    (pads anywhere); ``columns`` ``[rows, width]``: the cached column of each of a row's tokens, in order, so the
+    cache is read in place instead of being compacted first; ``tokens`` ``[rows, width]`` (``-1`` past a row's
+    length, so no prompt token matches there).
     """
 
     tokens: Tensor
     lengths: Tensor
     keys: list[Tensor]
     values: list[Tensor]
+    columns: Tensor
 
     @property
     def rows(self) -> int:
@@ -54,9 +57,10 @@ class KVBank:
         if len(banks) == 1:
             return banks[0]
         width = max(b.tokens.shape[1] for b in banks)
+        cached = max(b.keys[0].shape[2] for b in banks)
 
-        def pad(t: Tensor, dim: int, value: float) -> Tensor:
-            extra = width - t.shape[dim]
+        def pad(t: Tensor, dim: int, value: float, to: int) -> Tensor:
+            extra = to - t.shape[dim]
             if extra == 0:
                 return t
             shape = list(t.shape)
@@ -64,32 +68,30 @@ class KVBank:
             return torch.cat([t, t.new_full(shape, value)], dim=dim)
 
         return KVBank(
-            tokens=torch.cat([pad(b.tokens, 1, -1) for b in banks]),
+            tokens=torch.cat([pad(b.tokens, 1, -1, width) for b in banks]),
             lengths=torch.cat([b.lengths for b in banks]),
-            keys=[torch.cat([pad(b.keys[i], 2, 0) for b in banks]) for i in range(len(banks[0].keys))],
-            values=[torch.cat([pad(b.values[i], 2, 0) for b in banks]) for i in range(len(banks[0].values))],
+            keys=[torch.cat([pad(b.keys[i], 2, 0, cached) for b in banks]) for i in range(len(banks[0].keys))],
+            values=[torch.cat([pad(b.values[i], 2, 0, cached) for b in banks]) for i in range(len(banks[0].values))],
+            columns=torch.cat([pad(b.columns, 1, 0, width) for b in banks]),
         )
 
 
 def compact_rows(keys: list[Tensor], values: list[Tensor], mask: Tensor, tokens: Tensor) -> KVBank:
     """A :class:`KVBank` of the given cache rows: ``keys[l]``/``values[l]`` ``[rows, KV, T, D]`` as the model
-    cached them (pads anywhere), ``mask`` ``[rows, T]`` 1 at the real positions, ``tokens`` ``[rows, T]`` the ids
-    at those positions. Real positions move to the front, in order (one gather per tensor)."""
+    cached them (pads anywhere, kept as they are), ``mask`` ``[rows, T]`` 1 at the real positions, ``tokens``
+    ``[rows, T]`` the ids at those positions. Only the token ids and the columns of the real positions are
+    compacted (real positions first, in order); the keys and values are read in place when reused."""
     real = mask.bool()
     lengths = real.sum(1)
     width = int(lengths.max())
     order = torch.sort((~real).to(torch.int8), dim=1, stable=True).indices[:, :width]  # real positions first
     kept = torch.arange(width, device=mask.device)[None, :] < lengths[:, None]
-    index = order[:, None, :, None]
-
-    def gather(t: Tensor) -> Tensor:
-        return t.gather(2, index.expand(-1, t.shape[1], -1, t.shape[3]))
-
     return KVBank(
         tokens=tokens.gather(1, order).masked_fill(~kept, -1),
         lengths=lengths,
-        keys=[gather(k) for k in keys],
-        values=[gather(v) for v in values],
+        keys=list(keys),
+        values=list(values),
+        columns=order,
     )
 
 
@@ -115,13 +117,14 @@ def assemble_prefixes(
     bank: KVBank, rows: Tensor, lengths: Tensor
 ) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
     """Per layer ``(keys, values)`` ``[N, KV, P, D]`` holding row ``rows[i]``'s first ``lengths[i]`` positions of
-    ``bank`` right-aligned in ``P = max(lengths)`` columns, and the ``[N, P]`` attention mask (1 on them)."""
+    ``bank`` right-aligned in ``P = max(lengths)`` columns, and the ``[N, P]`` attention mask (1 on them): one
+    gather from the cached rows per tensor."""
     width = int(lengths.max())
     column = torch.arange(width, device=lengths.device)[None, :]
     offset = width - lengths[:, None]
     mask = (column >= offset).long()
-    source = (column - offset).clamp(min=0)  # [N, P]: which cached position lands in each column
-    index = (rows[:, None], source)
+    source = (column - offset).clamp(min=0)  # [N, P]: which of the row's tokens lands in each column
+    index = (rows[:, None], bank.columns[rows[:, None], source])  # ... and where the bank cached it
 
     def pick(t: Tensor) -> Tensor:  # t [rows, KV, W, D] -> [N, KV, P, D]
         return t.permute(0, 2, 1, 3)[index].permute(0, 2, 1, 3).contiguous()
