@@ -304,7 +304,7 @@ class FrozenLakeParams(BaseModel):
     render: Literal["full", "compact"] = Field(
         "full",
         description="'full': each observation has a heading, the grid, a legend and both positions in words "
-        "(≈ 90 tokens at size 4); 'compact': the grid and your position only (≈ 40 tokens), the legend and the "
+        "(≈ 85 tokens at size 4); 'compact': the grid and your position only (≈ 30 tokens), the legend and the "
         "numbered actions move to the instructions (so env.show_admissible_actions: false loses nothing). Compact "
         "observations cost less prefill per turn and fewer training tokens.",
     )

@@ -294,7 +294,8 @@ class TransformersEngine(RolloutEngine):
         return bank, rows, reused, prompts, prompt_lengths, shared_run
 
     def _cached_rows(self, cache: DynamicCache, rows: Tensor, attn: Tensor, layout: Tensor) -> KVBank:
-        """The cache rows selected by ``rows`` (bool), compacted for reuse by the next call; ``attn`` and
+        """The cache rows selected by ``rows`` (bool), kept for reuse by the next call (their real positions are
+        indexed, not moved: :func:`grove.rollout.prefix_cache.compact_rows`); ``attn`` and
         ``layout`` (the token id at each cached position) are those rows' already. When every row leaves (the
         last decode step), the cache's own tensors are kept, uncopied: the decode loop is done with them."""
         if bool(rows.all()):
