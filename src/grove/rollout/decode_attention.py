@@ -73,7 +73,7 @@ def _grove_sdpa(
     if attention_mask is not None and attention_mask.dim() == 4:  # this call's rows of the mask
         attention_mask = attention_mask[:, :, -query.shape[2] :, : key.shape[2]]
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    if decode or _matmul_prefill(query, attention_mask):
+    if decode or _matmul_prefill(query, key, attention_mask):
         out = decode_attention(query, key, value, attention_mask, scale)
     elif _grouped_sdpa_prefill(query, attention_mask):
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scale, enable_gqa=True)
@@ -92,14 +92,15 @@ def _grouped_sdpa_prefill(query: Tensor, mask: Tensor | None) -> bool:
     return query.device.type == "cpu" and not torch.is_grad_enabled() and mask is not None and mask.dim() == 4
 
 
-def _matmul_prefill(query: Tensor, mask: Tensor | None) -> bool:
+def _matmul_prefill(query: Tensor, key: Tensor, mask: Tensor | None) -> bool:
     """Whether a several-token query runs as the two matmuls too: a no-grad (generation) prefill in bfloat16 on a
-    CPU with an explicit mask (padding, or new tokens against cached ones). There PyTorch's flash kernel with a mask
-    took twice as long (docs/benchmarks.md, "Agent rollout speed"); in float32 it is as fast, and with autograd the
-    matmul form would keep the float32 scores for the backward."""
+    CPU with an explicit mask, of new tokens against cached ones (fewer queries than keys). There PyTorch's flash
+    kernel with a mask took twice as long (docs/benchmarks.md, "Agent rollout speed"). Not in float32 (the matmul
+    form is slower there), not with autograd (it would keep the float32 scores for the backward), and not for a
+    forward without a cache (its ``[L, L]`` scores per head grow with the square of the sequence)."""
     return (
         query.dtype == torch.bfloat16 and query.device.type == "cpu" and not torch.is_grad_enabled()
-        and mask is not None and mask.dim() == 4
+        and mask is not None and mask.dim() == 4 and query.shape[2] < key.shape[2]
     )
 
 
