@@ -522,8 +522,8 @@ def test_prompts_sharing_only_their_beginning_run_it_once_with_the_padded_forwar
     import grove.models.forward as forward_module
 
     calls = []
-    real = forward_module.policy_forward_shared_prefix
-    monkeypatch.setattr(forward_module, "policy_forward_shared_prefix", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = forward_module._forward_with_shared_prefixes
+    monkeypatch.setattr(forward_module, "_forward_with_shared_prefixes", lambda *a, **k: calls.append(1) or real(*a, **k))
     lp_a, ent_a, grad_a = values_and_grads("padded")
     lp_b, ent_b, grad_b = values_and_grads(layout)
     assert calls == [1]  # the shared-prefix forward ran (packed picks it: fewer positions than a row per sample)

@@ -240,38 +240,47 @@ def policy_forward_shared_prefix(
     GRPO Training through Shared-Prefix Forward".) When some group shares no token (one-token prompts), the
     padded forward runs instead.
     """
+    groups = shared_prefixes(prompt_ids, prompt_mask, prefix_index)
+    kw = {"temperature": temperature, "with_entropy": with_entropy, "scored_mask": scored_mask,
+          "chunk_size": chunk_size, "cache_bytes": cache_bytes}
+    if int(groups.shared.min()) < 1:
+        return policy_forward(model, prompt_ids, prompt_mask, response_ids, response_mask, **kw)
+    return _forward_with_shared_prefixes(model, groups, response_ids, response_mask, **kw)
+
+
+def _left_padded(aligned: Tensor, start: Tensor, count: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Tokens ``start[i] .. start[i] + count[i] - 1`` of each left-aligned row of ``aligned``, left-padded to the
+    largest count: ``(ids with 0 on pads, bool mask, source column of each position)``."""
+    width = int(count.max())
+    column = torch.arange(width, device=aligned.device)[None, :]
+    offset = width - count[:, None]
+    mask = column >= offset
+    source = (start[:, None] + column - offset).clamp(min=0, max=aligned.shape[1] - 1)
+    return aligned.gather(1, source).masked_fill(~mask, 0), mask, source
+
+
+def _forward_with_shared_prefixes(
+    model: nn.Module, groups: SharedPrefixes, response_ids: Tensor, response_mask: Tensor, *,
+    temperature: float = 1.0, with_entropy: bool = False, scored_mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE, cache_bytes: int = DEFAULT_CACHE_BYTES,
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`policy_forward_shared_prefix` once the groups (each sharing at least one token) are known."""
     from transformers import DynamicCache
 
-    groups = shared_prefixes(prompt_ids, prompt_mask, prefix_index)
-    if int(groups.shared.min()) < 1:
-        return policy_forward(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature=temperature,
-                              with_entropy=with_entropy, scored_mask=scored_mask, chunk_size=chunk_size,
-                              cache_bytes=cache_bytes)
     inverse, shared = groups.inverse, groups.shared
-    device = prompt_ids.device
-    # the shared prefixes, left-padded: group u's tokens 0 .. shared[u] - 1 at positions 0 .. shared[u] - 1
-    width = int(shared.max())
-    column = torch.arange(width, device=device)[None, :]
-    offset = width - shared[:, None]
-    prefix_mask = column >= offset
-    prefix_source = (column - offset).clamp(min=0)
-    prefix_ids = groups.aligned[groups.first].gather(1, prefix_source).masked_fill(~prefix_mask, 0)
+    # the shared prefixes: group u's tokens 0 .. shared[u] - 1, at positions 0 .. shared[u] - 1
+    prefix_ids, prefix_mask, prefix_positions = _left_padded(groups.aligned[groups.first], torch.zeros_like(shared),
+                                                             shared)
     backbone = decoder_backbone(model)
     cache = DynamicCache(config=model.config)
     backbone(
-        **token_inputs(backbone, prefix_ids), attention_mask=prefix_mask.long(), position_ids=prefix_source,
+        **token_inputs(backbone, prefix_ids), attention_mask=prefix_mask.long(), position_ids=prefix_positions,
         past_key_values=cache, use_cache=True,
     )
     _fan_out_cache(cache, inverse)  # each group's keys/values, once per row
-    # each row's remaining prompt tokens (at least one), left-padded, then its response
+    # each row's remaining prompt tokens (at least one), then its response
     row_shared = shared[inverse]
-    rest = groups.lengths - row_shared
-    rest_width = int(rest.max())
-    column = torch.arange(rest_width, device=device)[None, :]
-    offset = rest_width - rest[:, None]
-    rest_mask = column >= offset
-    rest_source = (row_shared[:, None] + column - offset).clamp(min=0, max=prompt_ids.shape[1] - 1)
-    rest_ids = groups.aligned.gather(1, rest_source).masked_fill(~rest_mask, 0)
+    rest_ids, rest_mask, _ = _left_padded(groups.aligned, row_shared, groups.lengths - row_shared)
     tail_mask = torch.cat([rest_mask.long(), response_mask.long()], dim=1)
     out = backbone(
         **token_inputs(backbone, torch.cat([rest_ids, response_ids], dim=1)),
@@ -280,7 +289,7 @@ def policy_forward_shared_prefix(
         past_key_values=cache,
         use_cache=True,
     ).last_hidden_state
-    r = response_ids.shape[1]
+    rest_width, r = rest_ids.shape[1], response_ids.shape[1]
     hidden = out[:, rest_width - 1 : rest_width + r - 1]  # the state at position t predicts token t + 1
     scored = _scored(response_mask, scored_mask)
     selected = hidden[scored]  # the states that predict the scored response tokens
@@ -435,7 +444,8 @@ def _packed(model, mb, **kw):
     alone = int(mb.prompt_mask.sum()) + int(mb.response_mask.sum())
     fanned = groups.positions_run + mb.response_ids.shape[0] * int(mb.response_mask.sum(1).max())
     if int(groups.shared.min()) >= 1 and fanned < alone:
-        return policy_forward_shared_prefix(model, *args, mb.group_index, scored_mask=_policy_tokens(mb), **kw)
+        return _forward_with_shared_prefixes(model, groups, mb.response_ids, mb.response_mask,
+                                             scored_mask=_policy_tokens(mb), **kw)
     return policy_forward_packed(model, *args, None, scored_mask=_policy_tokens(mb), **kw)
 
 
@@ -455,10 +465,11 @@ FORWARD_LAYOUTS = {"packed": _packed, "shared_prefix": _shared_prefix, "padded":
 def response_logprobs(model: nn.Module, batch: RolloutBatch, layout: str = "packed", **kwargs) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropies) of ``batch``'s responses with the ``train.forward`` layout ``layout``.
 
-    ``packed`` and ``shared_prefix`` encode a group's prompt once when its rows really share it
-    (``group_index`` + :func:`shares_prefixes`); otherwise ``packed`` gives each sample its own
-    padding-free row and ``shared_prefix`` falls back to ``padded``. Only the policy's own tokens are scored
-    (an agent sample's environment tokens read as context and get 0). Keyword arguments go to the forward
+    ``packed`` encodes a group's prompt once when its rows really share it (``group_index`` +
+    :func:`shares_prefixes`); when they share only a beginning it runs that beginning once as ``shared_prefix``
+    does if that runs fewer positions, else gives each sample its own padding-free row. ``shared_prefix`` runs
+    the common beginning of each group's prompts once (:func:`shared_prefixes`). Only the policy's own tokens are
+    scored (an agent sample's environment tokens read as context and get 0). Keyword arguments go to the forward
     (``temperature``, ``with_entropy``, ``chunk_size``, ``cache_bytes``).
 
     ``model`` is a bare causal LM, or a :class:`grove.models.logprob_module.ResponseLogprobModule` (possibly
