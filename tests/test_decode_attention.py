@@ -89,7 +89,7 @@ def test_generation_prefills_through_the_matmuls_sample_as_with_sdpa(policy, mon
     calls = []
     original = module.decode_attention
     monkeypatch.setattr(module, "decode_attention", lambda *a: calls.append(a[0].shape) or original(*a))
-    monkeypatch.setattr(module, "_matmul_prefill", lambda q, k, m: not torch.is_grad_enabled() and m is not None and m.dim() == 4)
+    monkeypatch.setattr(module, "_matmul_prefill", lambda q, k: True)
     model, tokenizer = policy
     prompts = encode_prompts(tokenizer, ["What is 2+2?", "Hi", "Solve for x: 2x + 3 = 11."], system_prompt=None,
                              use_chat_template=True)
@@ -114,16 +114,18 @@ def test_generation_prefills_through_the_matmuls_sample_as_with_sdpa(policy, mon
 
 
 def test_only_bf16_no_grad_cpu_prefills_with_a_mask_take_the_matmuls():
-    from grove.rollout.decode_attention import _matmul_prefill
+    from grove.rollout.decode_attention import _cpu_generation_prefill, _matmul_prefill
 
     q16, q32 = torch.zeros(1, 2, 3, 4, dtype=torch.bfloat16), torch.zeros(1, 2, 3, 4)
     cached, uncached = torch.zeros(1, 1, 5, 4, dtype=torch.bfloat16), torch.zeros(1, 1, 3, 4, dtype=torch.bfloat16)
     mask = torch.ones(1, 1, 3, 5, dtype=torch.bool)
     with torch.no_grad():
-        assert _matmul_prefill(q16, cached, mask)  # new tokens against cached ones
-        assert not _matmul_prefill(q32, cached, mask) and not _matmul_prefill(q16, cached, None)
-        assert not _matmul_prefill(q16, uncached, mask[..., :3])  # a whole sequence without a cache
-    assert not _matmul_prefill(q16, cached, mask)  # with autograd (a training forward)
+        assert _cpu_generation_prefill(q16, mask) and _cpu_generation_prefill(q32, mask)
+        assert not _cpu_generation_prefill(q16, None) and not _cpu_generation_prefill(q16, mask[0, 0])
+    assert not _cpu_generation_prefill(q16, mask)  # with autograd (a training forward)
+    assert _matmul_prefill(q16, cached)  # new tokens against cached ones
+    assert not _matmul_prefill(q32, cached)  # fp32: grouped-query SDPA instead
+    assert not _matmul_prefill(q16, uncached)  # a whole sequence without a cache
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -13,8 +13,8 @@ way: 2.6 instead of 4.7 ms per layer for 8 rows of 50 new tokens against 650 cac
 Other no-grad CPU prefills with a mask (fp32, where the matmul form is slower than PyTorch's kernel) call SDPA with
 grouped-query heads instead of transformers' per-head copies of the keys and values. ``grove_sdpa`` is
 transformers' own ``sdpa`` for every other call (the training forwards, anything with gradients, GPUs); its mask
-function is ``sdpa``'s. :func:`use_decode_attention`
-switches a model that uses ``sdpa`` to it (the rollout engine does this).
+function is ``sdpa``'s. :func:`use_decode_attention` switches a model that uses ``sdpa`` to it (the rollout engine
+does this).
 """
 
 from __future__ import annotations
@@ -73,9 +73,13 @@ def _grove_sdpa(
     if attention_mask is not None and attention_mask.dim() == 4:  # this call's rows of the mask
         attention_mask = attention_mask[:, :, -query.shape[2] :, : key.shape[2]]
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    if decode or _matmul_prefill(query, key, attention_mask):
+    generation_prefill = _cpu_generation_prefill(query, attention_mask)
+    if decode or (generation_prefill and _matmul_prefill(query, key)):
         out = decode_attention(query, key, value, attention_mask, scale)
-    elif _grouped_sdpa_prefill(query, attention_mask):
+    elif generation_prefill:
+        # transformers repeats the keys and values per query head whenever a mask is given (three copies of every
+        # cached layer for SmolLM2); grouped-query SDPA reads them in place: the same results (0.0 difference) in
+        # 0.78-0.93x the time for a rollout's new tokens against their cached context
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scale, enable_gqa=True)
     else:
         return sdpa_attention_forward(
@@ -84,24 +88,18 @@ def _grove_sdpa(
     return out.transpose(1, 2).contiguous(), None  # [B, L, H, D], as sdpa_attention_forward returns
 
 
-def _grouped_sdpa_prefill(query: Tensor, mask: Tensor | None) -> bool:
-    """Whether a several-token query runs PyTorch's SDPA with grouped-query heads (``enable_gqa``): a no-grad prefill
-    on a CPU with an explicit mask. transformers repeats the keys and values per query head before SDPA whenever a
-    mask is given (three copies of every cached layer for SmolLM2); the grouped call reads them in place, with the
-    same results (0.0 difference) in 0.78–0.93× the time for a rollout's new tokens against their cached context."""
+def _cpu_generation_prefill(query: Tensor, mask: Tensor | None) -> bool:
+    """A several-token query with no autograd on a CPU with an explicit mask: a generation prefill (padded prompts,
+    or new tokens against cached ones), or a no-grad log-prob forward. grove routes these itself."""
     return query.device.type == "cpu" and not torch.is_grad_enabled() and mask is not None and mask.dim() == 4
 
 
-def _matmul_prefill(query: Tensor, key: Tensor, mask: Tensor | None) -> bool:
-    """Whether a several-token query runs as the two matmuls too: a no-grad (generation) prefill in bfloat16 on a
-    CPU with an explicit mask, of new tokens against cached ones (fewer queries than keys). There PyTorch's flash
-    kernel with a mask took twice as long (docs/benchmarks.md, "Agent rollout speed"). Not in float32 (the matmul
-    form is slower there), not with autograd (it would keep the float32 scores for the backward), and not for a
-    forward without a cache (its ``[L, L]`` scores per head grow with the square of the sequence)."""
-    return (
-        query.dtype == torch.bfloat16 and query.device.type == "cpu" and not torch.is_grad_enabled()
-        and mask is not None and mask.dim() == 4 and query.shape[2] < key.shape[2]
-    )
+def _matmul_prefill(query: Tensor, key: Tensor) -> bool:
+    """Whether such a prefill runs as the two matmuls: in bfloat16, new tokens against cached ones (fewer queries
+    than keys). There PyTorch's flash kernel with a mask took twice as long (docs/benchmarks.md, "Agent rollout
+    speed"). Not in float32 (the matmul form is slower there), and not without a cache (its ``[L, L]`` scores per
+    head grow with the square of the sequence); autograd is ruled out before (it would keep the float32 scores)."""
+    return query.dtype == torch.bfloat16 and query.shape[2] < key.shape[2]
 
 
 AttentionInterface.register(IMPLEMENTATION, _grove_sdpa)

@@ -298,12 +298,13 @@ class TransformersEngine(RolloutEngine):
         indexed, not moved: :func:`grove.rollout.prefix_cache.compact_rows`); ``attn`` and
         ``layout`` (the token id at each cached position) are those rows' already. When every row leaves (the
         last decode step), the cache's own tensors are kept, uncopied: the decode loop is done with them."""
-        if bool(rows.all()):
-            return compact_rows([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers],
-                                attn, layout)
-        return compact_rows(
-            [layer.keys[rows] for layer in cache.layers], [layer.values[rows] for layer in cache.layers], attn, layout
-        )
+        every_row = bool(rows.all())
+
+        def take(t: Tensor) -> Tensor:
+            return t if every_row else t[rows]
+
+        return compact_rows([take(lay.keys) for lay in cache.layers], [take(lay.values) for lay in cache.layers],
+                            attn, layout)
 
     @contextmanager
     def reusing_prefixes(self) -> Iterator[None]:
