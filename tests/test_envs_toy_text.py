@@ -73,12 +73,37 @@ def test_frozenlake_random_maps_are_per_task_and_eval_maps_are_unseen():
     suite = build_environment("frozenlake", {"maps": "random", "num_train_tasks": 300, "num_eval_tasks": 20})
     train_maps = {_frozenlake_map(4, "random", 0.8, t) for t in suite.train_tasks}
     assert len(train_maps) > 50  # the id seeds the map
-    assert min(suite.eval_tasks) >= EVAL_TASK_OFFSET and len(suite.eval_tasks) == 20
+    assert list(suite.eval_tasks) == list(range(EVAL_TASK_OFFSET, EVAL_TASK_OFFSET + 20))  # the generator's draws
+    assert len(suite.train_tasks) == 300 and len(set(suite.train_tasks)) == 300
     assert not {_frozenlake_map(4, "random", 0.8, t) for t in suite.eval_tasks} & train_maps
+    skipped = sorted(set(range(max(suite.train_tasks) + 1)) - set(suite.train_tasks))
+    assert skipped and all(  # training gives way: exactly the ids whose map is a held-out one are skipped
+        _frozenlake_map(4, "random", 0.8, t) in {_frozenlake_map(4, "random", 0.8, e) for e in suite.eval_tasks}
+        for t in skipped
+    )
     env = suite.make()
     first = env.reset(7, 0).text
     env.reset(8, 0)
     assert env.reset(7, 5).text == first  # the map depends on the task only
+
+
+def _holes(tasks) -> float:
+    return sum("".join(_frozenlake_map(4, "random", 0.8, t)).count("H") for t in tasks) / len(tasks)
+
+
+def test_frozenlake_novel_held_out_maps_keep_the_training_ids_and_are_harder():
+    params = {"maps": "random", "num_train_tasks": 500, "num_eval_tasks": 50}
+    novel = build_environment("frozenlake", {**params, "held_out": "novel"})
+    fair = build_environment("frozenlake", params)
+    assert list(novel.train_tasks) == list(range(500))
+    assert min(novel.eval_tasks) >= EVAL_TASK_OFFSET and len(novel.eval_tasks) == 50
+    train_maps = {_frozenlake_map(4, "random", 0.8, t) for t in novel.train_tasks}
+    assert not {_frozenlake_map(4, "random", 0.8, t) for t in novel.eval_tasks} & train_maps
+    # the common maps (few holes) are all in training, so 'novel' held-out maps have more holes than a fair draw
+    # (3.7 against 2.6); the representative ones are close to the training maps (2.6 against 2.8)
+    assert _holes(novel.eval_tasks) > _holes(fair.eval_tasks) + 0.5
+    assert abs(_holes(fair.eval_tasks) - _holes(fair.train_tasks)) < 0.5
+    assert _holes(novel.eval_tasks) - _holes(novel.train_tasks) > 2 * abs(_holes(fair.eval_tasks) - _holes(fair.train_tasks))
 
 
 def test_frozenlake_slippery_is_deterministic_in_task_and_seed():

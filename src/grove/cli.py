@@ -24,6 +24,7 @@ from grove.command_failures import (
     user_message,
 )
 from grove.config import ConfigError, GroveConfig, dump_config, load_config
+from grove.evaluation.stats import describe_sampled
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Group-relative RL for language models.")
 config_app = typer.Typer(no_args_is_help=True, help="Inspect configurations.")
@@ -184,6 +185,10 @@ def _print_summary(run_dir: Path, plots: list[Path]) -> None:
     if len(evaluated) == 2:
         gain = 100 * (data["after"]["accuracy"] - data["before"]["accuracy"])
         console.print(f"change: {gain:+.1f} points")
+    for label in evaluated:
+        line = describe_sampled(data[label])
+        if line:
+            console.print(f"{label} (step {data[label]['step']}), {line}")
     losses = [(label, data[label]["held_out_loss"]) for label in ("before", "after")
               if data.get(label) and "held_out_loss" in data[label]]
     if losses:
@@ -246,13 +251,24 @@ def eval_(
     max_examples: Annotated[
         int | None, typer.Option("--max-examples", help="Evaluate at most N examples (held-out episodes for `env`).")
     ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            "--samples",
+            help="Also sample N completions (episodes) per example at eval.temperature (default: rollout.temperature): "
+            "sampled accuracy with its interval, and pass@k (sets eval.samples).",
+        ),
+    ] = None,
 ) -> None:
-    """Greedy held-out accuracy (or, with an `env` section, success rate and mean turns), with a 95% interval."""
+    """Greedy held-out accuracy (or, with an `env` section, success rate and mean turns), with a 95% interval;
+    with --samples N also the accuracy of N sampled completions per example and pass@k."""
     overrides = list(set_ or [])
     if task is not None:
         overrides.append(f"task={{id: {task}}}")
     if max_examples is not None:
         overrides.append(f"eval.max_examples={max_examples}")
+    if samples is not None:
+        overrides.append(f"eval.samples={samples}")
     cfg = _load(config, overrides)
 
     import grove.builtin_components  # noqa: F401
@@ -281,6 +297,9 @@ def eval_(
     target = f"env {cfg.env.id}" if cfg.source_id == "environment" else cfg.task.id
     extra = "".join(f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate" and "/" not in k)
     console.print(f"{model} on {target}: {result.report}{extra}  ({result.seconds:.1f}s)")
+    sampled = describe_sampled(result.extra)
+    if sampled:
+        console.print(sampled)
     _print_breakdowns(result.extra)
     objectives = [k.split("/")[1] for k in result.extra if k.startswith("objective/") and k.endswith("/n")]
     if objectives:

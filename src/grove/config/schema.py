@@ -108,6 +108,11 @@ class GroveConfig(Section):
         objective (its own name for a single-objective reward)."""
         return self.eval.accuracy_reward or reward_column_names(self.rewards[0])[0]
 
+    @property
+    def sampled_eval_temperature(self) -> float:
+        """The temperature of the sampled evaluation: ``eval.temperature``, else ``rollout.temperature``."""
+        return self.eval.temperature if self.eval.temperature is not None else self.rollout.temperature
+
     def runtime_settings(self, threads: int | None = None) -> dict[str, int | str | None]:
         """The process runtime settings, as keyword arguments of :func:`grove.infra.runtime.configure_runtime`:
         ``threads`` (or the given override), ``host_allocator`` and both oneDNN cache sizes."""

@@ -254,6 +254,18 @@ class EvalConfig(Section):
     batch_size: int = Field(64, ge=1, description="Prompts per generation batch during evaluation.")
     max_new_tokens: int | None = Field(None, ge=1, description="Defaults to rollout.max_new_tokens.")
     before_training: bool = Field(True, description="Evaluate the initial model before step 1.")
+    samples: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Besides the greedy pass, sample N completions (with an env: N episodes) per held-out item at "
+        "eval.temperature: reports sampled/accuracy (an env: the success rate) with a 95% interval over the items, "
+        "and the unbiased sampled/pass@k for k = 1, 2, 4, ... up to N. 0: greedy only. The samples draw on a "
+        "generator seeded by the run's seed, so every evaluation of a run samples alike.",
+    )
+    temperature: float | None = Field(
+        None, gt=0.0, description="Temperature of the sampled evaluation (eval.samples); null: rollout.temperature."
+    )
     accuracy_reward: str | None = Field(
         None, description="Reward name whose value 1.0 means 'correct' (default: the first reward)."
     )

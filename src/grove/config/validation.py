@@ -29,7 +29,16 @@ def validate_config(cfg: GroveConfig) -> None:
     _check_stages(cfg)
     _check_experience_source(cfg)
     _check_optimizer_state(cfg)
+    _check_sampled_evaluation(cfg)
     _resolve_precision(cfg)
+
+
+def _check_sampled_evaluation(cfg: GroveConfig) -> None:
+    if cfg.eval.samples and cfg.sampled_eval_temperature == 0:
+        raise ValueError(
+            f"eval.samples: {cfg.eval.samples} sampled completions per item need a temperature above 0, and "
+            "rollout.temperature is 0 (greedy); set eval.temperature (for example 1.0), or eval.samples: 0"
+        )
 
 
 def _resolve_precision(cfg: GroveConfig) -> None:

@@ -1,5 +1,7 @@
 """Held-out evaluation: greedy completions scored by every reward; the accuracy objective (value 1.0 = correct)
-gets a 95% Wilson CI and every objective its mean over the samples it applies to (``objective/<name>``)."""
+gets a 95% Wilson CI and every objective its mean over the samples it applies to (``objective/<name>``). With
+``samples`` N, also N sampled completions per example: ``sampled/accuracy`` with an interval over the examples and
+the unbiased ``sampled/pass@k`` (:class:`grove.evaluation.stats.SampledReport`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grove.evaluation.stats import AccuracyReport
+from grove.evaluation.stats import AccuracyReport, SampledReport
 from grove.infra.precision import autocast
 from grove.rewards.scoring import RewardSpec, compute_rewards, reward_columns
 from grove.rollout.engine import (
@@ -63,6 +65,9 @@ def evaluate(
     prompt_overflow: str = "error",
     max_new_tokens_key: str = "rollout.max_new_tokens",
     when: str = "in evaluation",
+    samples: int = 0,
+    sampling: SamplingParams | None = None,
+    seed: int = 0,
 ) -> EvalResult:
     """Greedy-decode every example once and score it with every reward (``when`` says which evaluation, in a
     reward's error messages).
@@ -71,16 +76,28 @@ def evaluate(
     mean over the samples it applies to is reported as ``objective/<name>`` (with ``objective/<name>/n``).
     A prompt too long for the model's context with ``max_new_tokens`` is an error or cut on the left
     (``prompt_overflow``, :func:`grove.rollout.engine.fit_prompts`).
+
+    ``samples`` N > 0 adds N completions per example drawn with ``sampling`` (its temperature, top-p and top-k;
+    the length and stop strings are the greedy pass's) from a generator seeded with ``seed``: their accuracy
+    column gives ``sampled/accuracy`` and ``sampled/pass@k``.
     """
     start = time.perf_counter()
     names, _ = reward_columns(rewards)
     if accuracy not in names:
         raise ValueError(f"eval.accuracy_reward: {accuracy!r} is not a reward or objective; columns: {', '.join(names)}")
     column = names.index(accuracy)
-    sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
     generator = torch.Generator().manual_seed(0)  # unused by greedy decoding, required by the interface
+    if samples:
+        if sampling is None or sampling.temperature == 0:
+            raise ValueError("evaluate: samples > 0 needs sampling parameters with a temperature above 0")
+        sampled = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, max_new_tokens, stop)
+        sample_generator = torch.Generator().manual_seed(seed)
+    sampled_correct: list[int] = []
+    sampled_tokens = 0
     matrices: list[torch.Tensor] = []
-    samples: list[dict] = []
+    samples_out: list[dict] = []
+    sampled_out: list[dict] = []  # after the greedy samples in the result
     lengths = truncated = 0
     limit = context_length(getattr(engine, "model", None), tokenizer)
     for first in range(0, len(examples), batch_size):
@@ -94,26 +111,47 @@ def evaluate(
             max_new_tokens_key=max_new_tokens_key,
         )
         truncated += cut
-        out = engine.generate(ids, 1, sampling, generator)
+        out = engine.generate(ids, 1, greedy, generator)
         prompts = [e.prompt_text for e in chunk]
         values = compute_rewards(rewards, prompts, out.texts, columns_for_rewards(chunk), step=-1, when=when)
         matrices.append(values)
         lengths += int(out.response_mask.sum())
         correct = (torch.nan_to_num(values[:, column], nan=0.0) >= 1.0).tolist()
-        samples.extend(
+        samples_out.extend(
             {"prompt": p, "completion": c, "answer": e.answer, "correct": ok, "rewards": dict(zip(names, row, strict=True))}
             for p, c, e, ok, row in zip(prompts, out.texts, chunk, correct, values.tolist(), strict=True)
         )
+        per_batch = max(1, batch_size // max(samples, 1))  # eval.batch_size rows per generation, as the greedy pass
+        for part in range(0, len(chunk) if samples else 0, per_batch):
+            part_ids, part_examples = ids[part : part + per_batch], chunk[part : part + per_batch]
+            drawn = engine.generate(part_ids, samples, sampled, sample_generator)  # rows i * samples + j
+            repeated = [e for e in part_examples for _ in range(samples)]
+            scores = compute_rewards(
+                rewards, [e.prompt_text for e in repeated], drawn.texts, columns_for_rewards(repeated), step=-1, when=when
+            )
+            hits = (torch.nan_to_num(scores[:, column], nan=0.0) >= 1.0).view(len(part_examples), samples)
+            sampled_correct.extend(hits.sum(dim=1).tolist())
+            sampled_tokens += int(drawn.response_mask.sum())
+            sampled_out.extend(
+                {"prompt": e.prompt_text, "completion": c, "answer": e.answer, "correct": bool(ok),
+                 "eval_mode": "sampled", "rewards": dict(zip(names, row, strict=True))}
+                for e, c, ok, row in zip(repeated, drawn.texts, hits.flatten().tolist(), scores.tolist(), strict=True)
+            )
     if truncated:
         log.warning("rollout.prompt_overflow: truncate_left: %d of %d eval prompts lost their first tokens to fit "
                     "the model's context", truncated, len(examples))
     matrix = torch.cat(matrices) if matrices else torch.empty(0, len(names))
+    extra = {**(objective_means(matrix, names) if len(names) > 1 else {}), **_summaries(rewards, matrix, columns_for_rewards(list(examples)))}
+    if samples:
+        extra.update(SampledReport.from_item_counts(sampled_correct, samples).record())
+        extra["sampled/mean_completion_tokens"] = sampled_tokens / max(len(sampled_correct) * samples, 1)
+        extra["sampled/temperature"] = sampled.temperature
     return EvalResult(
         report=AccuracyReport.from_scores(torch.nan_to_num(matrix[:, column], nan=0.0).tolist()),
-        samples=samples,
+        samples=samples_out + sampled_out,
         seconds=time.perf_counter() - start,
         mean_length=lengths / max(len(examples), 1),
-        extra={**(objective_means(matrix, names) if len(names) > 1 else {}), **_summaries(rewards, matrix, columns_for_rewards(list(examples)))},
+        extra=extra,
     )
 
 
@@ -172,6 +210,9 @@ def evaluate_config(
             prompt_overflow=cfg.rollout.prompt_overflow,
             max_new_tokens_key="eval.max_new_tokens" if cfg.eval.max_new_tokens else "rollout.max_new_tokens",
             when=evaluation_moment(training_step),
+            samples=cfg.eval.samples,
+            sampling=SamplingParams(cfg.sampled_eval_temperature, cfg.rollout.top_p, cfg.rollout.top_k),
+            seed=cfg.seed,
         )
 
 

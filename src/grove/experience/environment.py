@@ -27,7 +27,7 @@ from grove.core.shaping import informative_groups
 from grove.distributed.batch_exchange import gather_batch
 from grove.envs import build_environment
 from grove.evaluation.evaluate import EvalResult
-from grove.evaluation.stats import AccuracyReport
+from grove.evaluation.stats import AccuracyReport, SampledReport
 from grove.experience.completions import rollout_sampling
 from grove.experience.env_failures import EnvironmentFailedError
 from grove.experience.episode_metrics import (
@@ -187,22 +187,26 @@ class EnvironmentSource:
         return stats
 
     # ------------------------------------------------------------------ evaluation
-    def _play_greedy(self, tasks: list[int]) -> tuple[list[Trajectory], int]:
-        """One greedy episode per held-out task (task ``t`` played with seed ``t``, a generator of its own)."""
+    def _play_held_out(self, tasks: list[int], sampled_copies: int = 0) -> tuple[list[Trajectory], int]:
+        """Held-out episodes, task ``t`` played with seed ``t``: one greedy episode per task, or ``sampled_copies``
+        sampled ones at the evaluation temperature (``eval.samples``), drawn from a generator seeded by the run's
+        seed alone, so that every evaluation of a run samples alike and none touches a training stream."""
         cfg = self.ctx.cfg
+        sampled = sampled_copies > 0
+        copies = max(1, sampled_copies)
         sampling = dataclasses.replace(
             self.sampling,
-            temperature=0.0,
-            top_k=0,
-            top_p=1.0,
+            **({"temperature": cfg.sampled_eval_temperature} if sampled else {"temperature": 0.0, "top_k": 0, "top_p": 1.0}),
             max_new_tokens=cfg.eval.max_new_tokens or self.sampling.max_new_tokens,
         )
+        generator = torch.Generator().manual_seed(cfg.seed if sampled else 0)  # greedy decoding never draws
+        per_batch = max(1, cfg.eval.batch_size // copies)
         trajectories: list[Trajectory] = []
         tokens = 0
         with autocast(cfg.train.precision):
-            for first in range(0, len(tasks), cfg.eval.batch_size):
-                chunk = tasks[first : first + cfg.eval.batch_size]
-                run = self.play([(t, t) for t in chunk], 1, sampling, torch.Generator().manual_seed(0))
+            for first in range(0, len(tasks), per_batch):
+                chunk = tasks[first : first + per_batch]
+                run = self.play([(t, t) for t in chunk], copies, sampling, generator)
                 trajectories.extend(run.trajectories)
                 tokens += run.generated_tokens
         return trajectories, tokens
@@ -219,19 +223,35 @@ class EnvironmentSource:
 
     def evaluate(self, step: int | None = None) -> EvalResult:
         """Greedy episodes on the held-out tasks (and on each of the suite's extra evaluation sets, whose
-        metrics are reported as ``<set>/<metric>``), up to ``eval.max_examples`` tasks per set. (``step`` is the
-        protocol's; an environment's failures end their own episodes and need no step in their messages.)"""
+        metrics are reported as ``<set>/<metric>``), up to ``eval.max_examples`` tasks per set; with
+        ``eval.samples`` N, also N sampled episodes per held-out task (``sampled/...``: the success rate with its
+        interval over tasks, pass@k, and the episode metrics). (``step`` is the protocol's; an environment's
+        failures end their own episodes and need no step in their messages.)"""
         cfg = self.ctx.cfg
         start = time.perf_counter()
-        trajectories, tokens = self._play_greedy(list(self.suite.eval_tasks)[: cfg.eval.max_examples])
+        held_out = list(self.suite.eval_tasks)[: cfg.eval.max_examples]
+        trajectories, tokens = self._play_held_out(held_out)
         report = AccuracyReport.from_scores([1.0 if t.won else 0.0 for t in trajectories])
         extra = self._eval_metrics(trajectories)
         samples = [t.record() for t in trajectories]
+        episodes = len(trajectories)
+        if cfg.eval.samples and held_out:
+            sampled, sampled_tokens = self._play_held_out(held_out, cfg.eval.samples)
+            tokens += sampled_tokens
+            episodes += len(sampled)
+            wins = dict.fromkeys(held_out, 0)
+            for t in sampled:
+                wins[t.task_id] += int(t.won)
+            extra.update(SampledReport.from_item_counts(wins.values(), cfg.eval.samples).record())
+            extra.update({f"sampled/{k}": v for k, v in self._eval_metrics(sampled).items() if k != "success_rate"})
+            extra["sampled/temperature"] = cfg.sampled_eval_temperature
+            samples.extend({**t.record(), "eval_mode": "sampled"} for t in sampled)
         for name, tasks in self.suite.extra_eval_tasks.items():
-            more, more_tokens = self._play_greedy(list(tasks)[: cfg.eval.max_examples])
+            more, more_tokens = self._play_held_out(list(tasks)[: cfg.eval.max_examples])
             if not more:
                 continue
             tokens += more_tokens
+            episodes += len(more)
             extra.update({f"{name}/{k}": v for k, v in self._eval_metrics(more).items()})
             extra[f"{name}/episodes"] = float(len(more))
             samples.extend({**t.record(), "eval_set": name} for t in more)
@@ -239,7 +259,7 @@ class EnvironmentSource:
             report=report,
             samples=samples,
             seconds=time.perf_counter() - start,
-            mean_length=tokens / max(len(samples), 1),
+            mean_length=tokens / max(episodes, 1),
             extra=extra,
         )
 

@@ -135,10 +135,18 @@ def plot_run(run_dir: Path, smooth: int = 5) -> list[Path]:
         ys = [100 * e["accuracy"] for e in evals]
         lo = [100 * (e["accuracy"] - e["ci_low"]) for e in evals]
         hi = [100 * (e["ci_high"] - e["accuracy"]) for e in evals]
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4)
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, label="greedy")
+        drawn = [e for e in evals if isinstance(e.get("sampled/accuracy"), int | float)]
+        if drawn:
+            ys = [100 * e["sampled/accuracy"] for e in drawn]
+            lo = [100 * (e["sampled/accuracy"] - e["sampled/ci_low"]) for e in drawn]
+            hi = [100 * (e["sampled/ci_high"] - e["sampled/accuracy"]) for e in drawn]
+            k = drawn[-1]["sampled/samples_per_item"]
+            ax.errorbar([e["step"] for e in drawn], ys, yerr=[lo, hi], marker="s", capsize=4, label=f"sampled ({k:.0f} per item)")
+            ax.legend(fontsize=8)
         ax.set_xlabel("step")
         ax.set_ylabel("held-out accuracy (%)")
-        ax.set_title(f"held-out accuracy, 95% Wilson CI (n={evals[-1]['total']})")
+        ax.set_title(f"held-out accuracy, 95% CI (n={evals[-1]['total']})")
         ax.grid(alpha=0.3)
         fig.tight_layout()
         path = out_dir / "eval_accuracy.png"

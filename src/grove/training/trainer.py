@@ -28,6 +28,7 @@ from grove.config import ConfigError, GroveConfig
 from grove.config.derived import generates_from_bf16_copy, zero_advantage_skip_blocker
 from grove.distributed.world import World, derived_seed, init_world
 from grove.evaluation.evaluate import EvalResult
+from grove.evaluation.stats import describe_sampled
 from grove.experience import SourceContext, build_experience_source
 from grove.infra import fault_points
 from grove.infra.precision import autocast, slow_bf16_warning
@@ -321,7 +322,8 @@ class Trainer:
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and not last:
                     result = self.evaluate()
                     if result is not None:
-                        progress.note(f"step {self.step}: held-out {result.report}")
+                        sampled = describe_sampled(result.extra)
+                        progress.note(f"step {self.step}: held-out {result.report}" + (f"; {sampled}" if sampled else ""))
                 if self.step % cfg.checkpoint.every == 0 or last:
                     save_run_checkpoint(self.run_dir, self.step, self.state, cfg.checkpoint.keep_last)
                 if stopping:
