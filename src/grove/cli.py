@@ -288,7 +288,9 @@ def eval_(
         policy, tokenizer = load_policy(model)
     except (FileNotFoundError, ValueError) as exc:  # ModelLoadError is a ValueError
         _fail(str(exc))
-    engine = TransformersEngine(policy, tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse)
+    engine = TransformersEngine(
+        policy, tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse, exact_top_logits=cfg.rollout.exact_top_logits
+    )
     try:
         source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
         result = source.evaluate()

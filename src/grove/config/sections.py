@@ -99,6 +99,15 @@ class RolloutConfig(Section):
         "bit-identical), or without a bf16 copy a copy of the policy in its own dtype, freed during the update (fp32: "
         "the same products summed in oneDNN's order). false decodes through plain linear layers.",
     )
+    exact_top_logits: int = Field(
+        64,
+        ge=0,
+        description="When generation's output projection runs in bfloat16 (a bf16 copy or bf16 autocast), recompute "
+        "the N largest logits of each row in float32 from the same operands (a row whose float32 maximum could "
+        "still be beaten by a rounded logit is recomputed whole), so greedy picks the float32 argmax and sampling "
+        "reads float32 logits where the mass is. Rounding logits to bfloat16 ties and swaps close candidates "
+        "(docs/benchmarks.md: greedy FrozenLake 44% with float32 logits, 27% with rounded ones). 0: rounded logits.",
+    )
     prefix_reuse: bool = Field(
         True,
         description="Prefill a prompt's cached prefix from its keys and values instead of running it again: the "

@@ -50,7 +50,8 @@ class GenerationWeights:
         if prepack and prepacking_supported(dtype, device):
             names = {id(param): name for name, param in self.model.named_parameters()}
             with torch.no_grad():
-                self.prepacked = prepack_linear_layers(self.model, names)
+                dense = _untied_output_weight(self.model) if dtype != torch.float32 else frozenset()  # fp32: exact
+                self.prepacked = prepack_linear_layers(self.model, names, dense)
         self.refresh(policy)
 
     @torch.no_grad()
@@ -75,6 +76,16 @@ class GenerationWeights:
         for layer in self.prepacked:
             layer.release()
         self.released = True
+
+
+def _untied_output_weight(model: nn.Module) -> frozenset[int]:
+    """The id of the output projection's weight when it is not the input embeddings' (its prepacked layer then
+    keeps a dense copy for :mod:`grove.rollout.exact_logits`; a tied one is read from the embeddings)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is None or weight is model.get_input_embeddings().weight:
+        return frozenset()
+    return frozenset({id(weight)})
 
 
 def _full(param: Tensor) -> Tensor:

@@ -29,6 +29,7 @@ from transformers.cache_utils import DynamicCache
 from grove.rollout.decode_attention import use_decode_attention
 from grove.rollout.decode_cache import select_cache_rows
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
+from grove.rollout.exact_logits import DEFAULT_CANDIDATES, exact_top_logits
 from grove.rollout.prefix_cache import (
     MIN_REUSED_TOKENS,
     KVBank,
@@ -52,6 +53,8 @@ class TransformersEngine(RolloutEngine):
     ``eos_token_ids`` end a completion (the token is kept in the response with its log-prob); by default the
     tokenizer's eos plus ``model.generation_config.eos_token_id``; ``[]`` disables eos stopping. Samples are
     drawn with the caller's ``torch.Generator``, so a seeded generator reproduces a rollout exactly.
+    ``exact_top_logits``: how many of each row's largest logits a bfloat16 output projection recomputes in
+    float32 (:mod:`grove.rollout.exact_logits`; 0: the rounded logits as they are).
     """
 
     def __init__(
@@ -61,9 +64,11 @@ class TransformersEngine(RolloutEngine):
         eos_token_ids: Sequence[int] | int | None = None,
         *,
         reuse_prefixes: bool = True,
+        exact_top_logits: int = DEFAULT_CANDIDATES,
     ) -> None:
         self.model = model
         self.reuse_prefixes = reuse_prefixes
+        self.exact_top_logits = exact_top_logits  # float32 top logits of a bf16 head (grove.rollout.exact_logits)
         self._keeping = False  # inside reusing_prefixes(): keep each call's rows for the next
         self._bank: KVBank | None = None
         self.tokenizer = tokenizer
@@ -130,7 +135,11 @@ class TransformersEngine(RolloutEngine):
         was_training = self.model.training
         self.model.eval()  # no dropout, and gradient checkpointing would otherwise disable the KV cache
         try:
-            with torch.inference_mode(), torch.compiler.set_stance("force_eager"):
+            with (
+                torch.inference_mode(),
+                torch.compiler.set_stance("force_eager"),
+                exact_top_logits(self.model, self.exact_top_logits),
+            ):
                 decoded = self._decode(prompt_ids, prompt_mask, n, sampling, generator)
         finally:
             self.model.train(was_training)

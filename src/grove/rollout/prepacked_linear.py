@@ -51,12 +51,14 @@ class PrepackedLinear(nn.Module):
     ``source`` names the parameter of the policy the weight is copied from (:meth:`repack` takes it again
     after each optimizer step); :meth:`release` frees the packed weight until then."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None, source: str) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None, source: str, *, keep_dense: bool = False) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.source = source
         self.dtype = weight.dtype
+        self.keep_dense = keep_dense
         self.packed: Tensor | None = None
+        self.dense: Tensor | None = None  # the [out, in] weight as well, with keep_dense (an untied output projection)
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.repack(weight)
 
@@ -66,9 +68,12 @@ class PrepackedLinear(nn.Module):
         dense = weight.detach().to(self.dtype).contiguous()
         self.packed = None  # free the old one first
         self.packed = torch.ops.mkldnn._reorder_linear_weight(dense, ROWS_HINT)
+        if self.keep_dense:
+            self.dense = dense if dense.data_ptr() != weight.data_ptr() else dense.clone()
 
     def release(self) -> None:
         self.packed = None
+        self.dense = None
 
     def forward(self, x: Tensor) -> Tensor:
         if self.packed is None:
@@ -79,12 +84,16 @@ class PrepackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, source={self.source}"
 
 
-def prepack_linear_layers(model: nn.Module, parameter_names: dict[int, str]) -> list[PrepackedLinear]:
+def prepack_linear_layers(
+    model: nn.Module, parameter_names: dict[int, str], keep_dense: frozenset[int] = frozenset()
+) -> list[PrepackedLinear]:
     """Replace every plain ``nn.Linear`` of ``model`` by a :class:`PrepackedLinear` of its weight; returns them.
 
-    ``parameter_names`` maps ``id(weight)`` to the weight's name in the policy the copy mirrors. Linear layers
-    anywhere inside an adapter (a module with a ``base_layer``, as peft's LoRA layers are: the base layer and
-    the ``lora_A`` / ``lora_B`` dictionaries) are left alone: the adapter reads their weights."""
+    ``parameter_names`` maps ``id(weight)`` to the weight's name in the policy the copy mirrors; the layers whose
+    weight's id is in ``keep_dense`` hold the dense weight too (an untied output projection, whose top logits
+    :mod:`grove.rollout.exact_logits` recomputes from it). Linear layers anywhere inside an adapter (a module with
+    a ``base_layer``, as peft's LoRA layers are: the base layer and the ``lora_A`` / ``lora_B`` dictionaries) are
+    left alone: the adapter reads their weights."""
     in_adapters = {id(m) for a in model.modules() if hasattr(a, "base_layer") for m in a.modules()}
     replaced: list[PrepackedLinear] = []
     for parent in list(model.modules()):
@@ -93,7 +102,9 @@ def prepack_linear_layers(model: nn.Module, parameter_names: dict[int, str]) -> 
         for name, child in list(parent.named_children()):
             if type(child) is not nn.Linear:
                 continue
-            packed = PrepackedLinear(child.weight, child.bias, parameter_names[id(child.weight)])
+            packed = PrepackedLinear(
+                child.weight, child.bias, parameter_names[id(child.weight)], keep_dense=id(child.weight) in keep_dense
+            )
             setattr(parent, name, packed)
             replaced.append(packed)
     return replaced

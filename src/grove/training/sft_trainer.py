@@ -146,7 +146,8 @@ class SftTrainer:
         if not self.evaluating or not self.world.is_main:
             return None
         engine = TransformersEngine(
-            self.models.generation_model, self.tokenizer, reuse_prefixes=self.cfg.rollout.prefix_reuse
+            self.models.generation_model, self.tokenizer, reuse_prefixes=self.cfg.rollout.prefix_reuse,
+            exact_top_logits=self.cfg.rollout.exact_top_logits,
         )
         return build_experience_source(SourceContext.for_evaluation(self.cfg, engine, self.tokenizer))
 

@@ -116,7 +116,8 @@ class Trainer:
         self.models = build_policy_models(cfg, self.world, self.resume_from)
         self.model, self.tokenizer = self.models.train_module, self.models.tokenizer
         self.engine = TransformersEngine(
-            self.models.generation_model, self.tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse
+            self.models.generation_model, self.tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse,
+            exact_top_logits=cfg.rollout.exact_top_logits,
         )
         a = cfg.algorithm
         self.generator = torch.Generator().manual_seed(derived_seed(cfg.seed, self.world.rank))
