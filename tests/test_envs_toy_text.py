@@ -50,6 +50,25 @@ def test_frozenlake_compact_rendering_is_the_grid_and_position_with_the_legend_i
     assert hole.splitlines()[0] == "You fell into a hole. The episode is over." and len(hole) < len(ta.observation.text) + 40
 
 
+def test_frozenlake_local_rendering_says_what_each_move_leads_to():
+    compact, local = (
+        build_environment("frozenlake", {"render": "compact"}),
+        build_environment("frozenlake", {"render": "local"}),
+    )
+    assert local.instructions == compact.instructions
+    env = local.make()
+    first = env.reset(0, 0).text.splitlines()  # gymnasium's 4x4 map: SFFF / FHFH / FFFH / HFFG
+    assert first[:4] == ["P . . .", ". H . H", ". . . H", "H . . G"]
+    assert first[4] == "You are at row 1, column 1. Left: edge. Down: ice. Right: ice. Up: edge."
+    at_6 = play(env, ["right", "right", "down"])[-1].observation.text.splitlines()[-1]
+    assert at_6 == "You are at row 2, column 3. Left: hole. Down: ice. Right: hole. Up: ice."
+    at_14 = play(env, ["down", "down"])[-1].observation.text.splitlines()[-1]
+    assert at_14 == "You are at row 4, column 3. Left: ice. Down: edge. Right: goal. Up: ice."
+    compact_env = compact.make()
+    compact_env.reset(0, 0)
+    assert compact_env.reset(0, 0).anchor == env.reset(0, 0).anchor
+
+
 def test_frozenlake_hole_loses():
     env = build_environment("frozenlake", {}).make()
     env.reset(3, 1)

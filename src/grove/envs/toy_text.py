@@ -316,12 +316,14 @@ class FrozenLakeParams(BaseModel):
         "all of them; small lakes repeat their common maps, so these are the rarer ones (at 4x4 with p=0.8: "
         "3.7 holes on average against 2.7, none with fewer than 2) and held-out success measures harder maps.",
     )
-    render: Literal["full", "compact"] = Field(
+    render: Literal["full", "compact", "local"] = Field(
         "full",
         description="'full': each observation has a heading, the grid, a legend and both positions in words "
         "(≈ 85 tokens at size 4); 'compact': the grid and your position only (≈ 30 tokens), the legend and the "
         "numbered actions move to the instructions (so env.show_admissible_actions: false loses nothing). Compact "
-        "observations cost less prefill per turn and fewer training tokens.",
+        "observations cost less prefill per turn and fewer training tokens. 'local': the compact observation plus "
+        "what each move leads to ('Left: edge. Down: hole. Right: ice. Up: edge.', ≈ 15 tokens more), so whether a "
+        "move falls into a hole is read from one line instead of worked out from the grid.",
     )
 
     @model_validator(mode="after")
@@ -371,6 +373,17 @@ def _frozenlake_tasks(params: FrozenLakeParams) -> tuple[Sequence[int], Sequence
 
 
 _FROZENLAKE_LEGEND = "Legend: P = you, . = frozen ice (safe), H = hole, G = goal."
+_FROZENLAKE_TILES = {"S": "ice", "F": "ice", "H": "hole", "G": "goal"}
+
+
+def _frozenlake_neighbours(desc: np.ndarray, row: int, col: int) -> str:
+    """What each move leads to, in the actions' order: ``"Left: edge. Down: hole. Right: ice. Up: edge."``."""
+    parts = []
+    for name, (dr, dc) in zip(FrozenLakeEnvironment.actions, ((0, -1), (1, 0), (0, 1), (-1, 0)), strict=True):
+        r, c = row + dr, col + dc
+        inside = 0 <= r < desc.shape[0] and 0 <= c < desc.shape[1]
+        parts.append(f"{name.capitalize()}: {_FROZENLAKE_TILES[desc[r, c].decode()] if inside else 'edge'}.")
+    return " ".join(parts)
 
 
 class FrozenLakeEnvironment(ToyTextEnvironment):
@@ -415,8 +428,11 @@ class FrozenLakeEnvironment(ToyTextEnvironment):
         cells = [[{"S": ".", "F": "."}.get(c.decode(), c.decode()) for c in line] for line in desc]
         cells[row][col] = "P"
         lines = [note] if note else []
-        if self.params.render == "compact":
-            return "\n".join([*lines, *_grid_lines(cells), f"You are at {_where(row, col)}."])
+        if self.params.render in ("compact", "local"):
+            where = f"You are at {_where(row, col)}."
+            if self.params.render == "local":
+                where += " " + _frozenlake_neighbours(desc, row, col)
+            return "\n".join([*lines, *_grid_lines(cells), where])
         lines += ["The frozen lake (row 1 is the top, column 1 the left):", *_grid_lines(cells)]
         lines += [
             _FROZENLAKE_LEGEND,
@@ -445,7 +461,7 @@ def frozenlake_suite(params: FrozenLakeParams) -> EnvironmentSuite:
         f"reward 1.{slip} Moving into the edge of the lake leaves you where you are. Actions: left, down, "
         "right, up.\n" + _ANSWER_FORMAT.format(example="right")
     )
-    if params.render == "compact":  # what the compact observations leave out, and the (fixed) numbered actions
+    if params.render in ("compact", "local"):  # what compact observations leave out, and the numbered actions
         instructions += (
             "\nEach observation draws the lake row by row, row 1 at the top and column 1 at the left. "
             + _FROZENLAKE_LEGEND
