@@ -12,7 +12,14 @@ from tests.test_train_e2e import run_cli
 
 from grove.config import ConfigError, load_config
 from grove.evaluation.evaluate import evaluate
-from grove.evaluation.stats import SampledReport, describe_sampled, pass_at_k, pass_at_k_levels, wilson_interval
+from grove.evaluation.stats import (
+    PairedDifference,
+    SampledReport,
+    describe_sampled,
+    pass_at_k,
+    pass_at_k_levels,
+    wilson_interval,
+)
 from grove.experience import SourceContext, build_experience_source
 from grove.models.pretrained import load_policy
 from grove.rewards.scoring import RewardSpec
@@ -200,3 +207,20 @@ def test_sampled_evaluation_from_the_cli_and_in_a_training_run(tiny_model, tmp_p
     ev = run_cli(["eval", "--model", str(tiny_model), "--samples", "3", "--config", *env_args(tiny_model, out)])
     assert ev.exit_code == 0, ev.output
     assert "sampled (3 per item, T 1)" in ev.output and "pass@3" in ev.output
+
+
+def test_paired_difference_by_hand():
+    a = [1.0, 0.5, 1.0, 0.0, 0.75]
+    b = [0.5, 0.5, 0.25, 0.0, 0.5]
+    d = PairedDifference.from_item_rates(a, b)
+    diffs = [0.5, 0.0, 0.75, 0.0, 0.25]
+    mean = sum(diffs) / 5
+    sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / 4)
+    half = 1.959963984540054 * sd / math.sqrt(5)
+    assert (d.difference, d.ci_low, d.ci_high) == pytest.approx((mean, mean - half, mean + half))
+    assert str(d).startswith("+30.0 points (95% CI +")
+    same = PairedDifference.from_item_rates(a, a)
+    assert same.difference == 0 and same.ci_low == same.ci_high == 0  # identical policies: no doubt
+    with pytest.raises(ValueError, match="same items"):
+        PairedDifference.from_item_rates(a, b[:3])
+    assert math.isnan(PairedDifference.from_item_rates([], []).difference)

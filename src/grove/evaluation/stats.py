@@ -170,3 +170,42 @@ def describe_sampled(record: Mapping[str, Any], prefix: str = "sampled/") -> str
         f"{100 * record[f'{prefix}accuracy']:.1f}% (95% CI {100 * record[f'{prefix}ci_low']:.1f}–"
         f"{100 * record[f'{prefix}ci_high']:.1f}%){best}"
     )
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """The mean difference ``a - b`` of two policies' success on the same items, with a 95 % interval over the
+    items: per item the difference of the two success rates (each over its repeats: samples or seeds), then the
+    normal interval of their mean, ``mean ± z·sd/√n``. Pairing by item removes the variation between easy and
+    hard items, which both policies share, so the interval is narrower than the difference of two independent
+    intervals (e.g. "GiGPO − GRPO on the same 100 held-out maps")."""
+
+    items: int
+    difference: float
+    ci_low: float
+    ci_high: float
+
+    @classmethod
+    def from_item_rates(
+        cls, a: Iterable[float], b: Iterable[float], confidence: float = 0.95
+    ) -> PairedDifference:
+        xs, ys = list(a), list(b)
+        if len(xs) != len(ys):
+            raise ValueError(f"PairedDifference: {len(xs)} items against {len(ys)}; pair the same items")
+        n = len(xs)
+        if n == 0:
+            return cls(0, math.nan, math.nan, math.nan)
+        diffs = [x - y for x, y in zip(xs, ys, strict=True)]
+        mean = sum(diffs) / n
+        if n == 1:
+            return cls(1, mean, -1.0, 1.0)
+        sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+        half = NormalDist().inv_cdf(1 - (1 - confidence) / 2) * sd / math.sqrt(n)
+        return cls(n, mean, max(-1.0, mean - half), min(1.0, mean + half))
+
+    def __str__(self) -> str:
+        """E.g. ``"+8.0 points (95% CI +1.2 to +14.8, 100 items)"``."""
+        return (
+            f"{100 * self.difference:+.1f} points (95% CI {100 * self.ci_low:+.1f} to {100 * self.ci_high:+.1f}, "
+            f"{self.items} items)"
+        )
