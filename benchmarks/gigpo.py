@@ -9,21 +9,36 @@ Three sub-commands:
     python benchmarks/gigpo.py run examples/frozenlake_gigpo.yaml --out runs/bench-gigpo-frozenlake \\
         --seeds 0 1 2 --methods episode_grpo gigpo --set train.steps=20
 
-    # a PNG (success rate vs step and vs seconds, mean ± range over seeds) and a Markdown table
+    # Markdown tables and a PNG: held-out success per run and pooled over seeds with 95 % intervals, the step
+    # each run first reaches --level, and every method minus --baseline paired by held-out item and across seeds
     python benchmarks/gigpo.py report runs/bench-gigpo-frozenlake runs/bench-gigpo-textworld \\
-        --png docs/img/gigpo.png
+        --png docs/img/gigpo.png --level 0.45
 
-Every run is a normal run directory (metrics.jsonl, eval.jsonl, checkpoints), so `grove plot` works on
-each. Methods are `algorithm.advantage` ids; everything else comes from the config and `--set`.
+Every run is a normal run directory (metrics.jsonl, eval.jsonl, eval_samples_step*.jsonl, checkpoints), so
+`grove plot` works on each. Methods are `algorithm.advantage` ids; everything else comes from the config and
+`--set`. The held-out tables need the runs' per-item evaluations (``eval.every``; ``eval.samples`` adds the
+sampled success and pass@k); the intervals are explained in ``held_out.py``. Without them the report shows the
+training success (band: min-max over seeds).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from pathlib import Path
 
+from held_out import (
+    HeldOut,
+    SeedInterval,
+    evaluation_steps,
+    greedy_interval,
+    held_out,
+    paired_difference,
+    percent,
+    pooled,
+)
 from seeded_runs import (
     add_calibrate_command,
     add_run_command,
@@ -71,73 +86,199 @@ def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides:
     train_alternated(config, out, seeds, variants, overrides)
 
 
-def _curves(run_dir: Path) -> tuple[list[int], list[float], list[float]]:
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r["step"] for r in rows], [r["success_rate"] for r in rows], [r["elapsed_seconds"] for r in rows]
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def report(dirs: list[Path], png: Path | None) -> str:
+def _runs_by_method(d: Path) -> dict[str, list[Path]]:
+    runs: dict[str, list[Path]] = {}
+    for r in sorted(d.glob("*-seed*"), key=lambda p: (p.name.rsplit("-seed", 1)[0], int(p.name.rsplit("-seed", 1)[1]))):
+        if (r / "metrics.jsonl").exists():
+            runs.setdefault(r.name.rsplit("-seed", 1)[0], []).append(r)
+    return runs
+
+
+def training_table(name: str, runs: dict[str, list[Path]]) -> list[str]:
+    """Training-time success (first and last 5 steps), held-out accuracy before → after, speed, turns, invalid."""
     lines = [
         "| task | method | seeds | success, first 5 steps | success, last 5 steps | held-out before → after | "
         "s/step (median) | turns/episode (last 5) | invalid (last 5) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    for method, rs in runs.items():
+        firsts, lasts, before, after, secs, turns, invalid = [], [], [], [], [], [], []
+        for r in rs:
+            rows = _rows(r / "metrics.jsonl")
+            firsts.append(statistics.mean(x["success_rate"] for x in rows[:5]))
+            lasts.append(statistics.mean(x["success_rate"] for x in rows[-5:]))
+            turns.append(statistics.mean(x["turns_per_episode"] for x in rows[-5:]))
+            invalid.append(statistics.mean(x["invalid_action_rate"] for x in rows[-5:]))
+            secs.append(statistics.median(x["step_seconds"] for x in rows))
+            evals = _rows(r / "eval.jsonl")
+            before.append(evals[0]["accuracy"])
+            after.append(evals[-1]["accuracy"])
+
+        def pct(xs):
+            return f"{100 * statistics.mean(xs):.1f}% ({', '.join(f'{100 * x:.0f}' for x in xs)})"
+
+        lines.append(
+            f"| {name} | {method} | {len(rs)} | {pct(firsts)} | {pct(lasts)} | "
+            f"{100 * statistics.mean(before):.1f}% → {100 * statistics.mean(after):.1f}% | "
+            f"{statistics.median(secs):.1f} | {statistics.mean(turns):.2f} | {statistics.mean(invalid):.2f} |"
+        )
+    return lines
+
+
+def _mode(ev: HeldOut) -> str:
+    return "sampled" if "sampled" in ev.outcomes else "greedy"
+
+
+def _series(run: Path) -> list[tuple[int, HeldOut]]:
+    return [(step, held_out(run, step)) for step in evaluation_steps(run)]
+
+
+def _first_step_at(run: Path, level: float) -> int | None:
+    """The first evaluation step whose held-out success (sampled where measured, else greedy) reaches ``level``."""
+    for step, ev in _series(run):
+        if ev.report(_mode(ev)).accuracy >= level:
+            return step
+    return None
+
+
+def _speed(run: Path) -> tuple[float, float, float]:
+    """Mean s/step, mean s/step over the steps with a gradient, and the run's wall clock in minutes."""
+    rows = _rows(run / "metrics.jsonl")
+    with_gradient = [x["step_seconds"] for x in rows if x.get("trained_tokens", 1) > 0] or [math.nan]
+    return statistics.mean(x["step_seconds"] for x in rows), statistics.mean(with_gradient), rows[-1]["elapsed_seconds"] / 60
+
+
+def _held_out_invalid(run: Path) -> float:
+    last = _rows(run / "eval.jsonl")[-1]
+    return last.get("sampled/invalid_action_rate", last.get("invalid_action_rate", math.nan))
+
+
+def held_out_tables(name: str, runs: dict[str, list[Path]], level: float, baseline: str) -> list[str]:
+    """Per run and pooled held-out success with 95 % intervals, steps to ``level``, and each method − baseline."""
+    first = {m: [held_out(r, evaluation_steps(r)[0]) for r in rs] for m, rs in runs.items()}
+    last = {m: [held_out(r) for r in rs] for m, rs in runs.items()}
+    mode = _mode(next(iter(last.values()))[0])
+    lines = [
+        f"Held-out, {name}: per run (the last evaluation; greedy with its Wilson interval, {mode} with the interval "
+        f"over items; first step with held-out {mode} success ≥ {100 * level:.0f} %)",
+        "",
+        "| method | seed | greedy | sampled | pass@k | invalid actions | step to level | s/step (with a gradient) | "
+        "wall clock |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for method, rs in runs.items():
+        for r, ev in zip(rs, last[method], strict=True):
+            g, lo, hi = greedy_interval(ev)
+            sampled = ev.report("sampled") if "sampled" in ev.outcomes else None
+            k = max(sampled.pass_at) if sampled else None
+            mean_s, grad_s, minutes = _speed(r)
+            reached = _first_step_at(r, level)
+            lines.append(
+                f"| {method} | {r.name.rsplit('-seed', 1)[1]} | {100 * g:.0f}% ({100 * lo:.0f}–{100 * hi:.0f}) | "
+                f"{percent(sampled) if sampled else '—'} | {f'{100 * sampled.pass_at[k]:.0f}% (k={k})' if k else '—'} | "
+                f"{100 * _held_out_invalid(r):.1f}% | {reached if reached is not None else 'not reached'} | "
+                f"{mean_s:.1f} ({grad_s:.1f}) | {minutes:.1f} min |"
+            )
+    lines += [
+        "",
+        f"Held-out, {name}: pooled over seeds (every item counted seeds × samples times; interval over items)",
+        "",
+        "| method | seeds | greedy before → after | sampled before → after | steps to level | s/step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, rs in runs.items():
+        sampled = "sampled" in last[method][0].outcomes
+        steps = [_first_step_at(r, level) for r in rs]
+        lines.append(
+            f"| {method} | {len(rs)} | {percent(pooled(first[method], 'greedy'))} → "
+            f"**{percent(pooled(last[method], 'greedy'))}** | "
+            + (f"{percent(pooled(first[method], 'sampled'))} → **{percent(pooled(last[method], 'sampled'))}** | "
+               if sampled else "— | ")
+            + f"{', '.join('—' if s is None else str(s) for s in steps)} | "
+            f"{statistics.mean(_speed(r)[0] for r in rs):.1f} |"
+        )
+    if baseline in runs:
+        lines += ["", f"Differences against {baseline} (percentage points, held-out, the last evaluation):", ""]
+        for method in runs:
+            if method == baseline:
+                continue
+            for m in ("sampled", "greedy"):
+                if m not in last[method][0].outcomes:
+                    continue
+                by_item = paired_difference(last[method], last[baseline], m)
+                per_seed = SeedInterval.of([
+                    a.report(m).accuracy - b.report(m).accuracy
+                    for a, b in zip(last[method], last[baseline], strict=False)
+                ])
+                lines.append(
+                    f"- {method} − {baseline}, {m}: paired by item {by_item}; across seeds {per_seed.points()}"
+                )
+    return lines
+
+
+def report(dirs: list[Path], png: Path | None, level: float = 0.45, baseline: str = "episode_grpo") -> str:
+    lines: list[str] = []
     panels = []
     for d in dirs:
-        runs: dict[str, list[Path]] = {}
-        for r in sorted(d.glob("*-seed*")):
-            if (r / "metrics.jsonl").exists():
-                runs.setdefault(r.name.rsplit("-seed", 1)[0], []).append(r)
+        runs = _runs_by_method(d)
         panels.append((d.name, runs))
-        for method, rs in runs.items():
-            firsts, lasts, before, after, secs, turns, invalid = [], [], [], [], [], [], []
-            for r in rs:
-                rows = [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines()]
-                firsts.append(statistics.mean(x["success_rate"] for x in rows[:5]))
-                lasts.append(statistics.mean(x["success_rate"] for x in rows[-5:]))
-                turns.append(statistics.mean(x["turns_per_episode"] for x in rows[-5:]))
-                invalid.append(statistics.mean(x["invalid_action_rate"] for x in rows[-5:]))
-                secs.append(statistics.median(x["step_seconds"] for x in rows))
-                evals = [json.loads(x) for x in (r / "eval.jsonl").read_text().splitlines()]
-                before.append(evals[0]["accuracy"])
-                after.append(evals[-1]["accuracy"])
-
-            def pct(xs):
-                return f"{100 * statistics.mean(xs):.1f}% ({', '.join(f'{100 * x:.0f}' for x in xs)})"
-
-            lines.append(
-                f"| {d.name} | {method} | {len(rs)} | {pct(firsts)} | {pct(lasts)} | "
-                f"{100 * statistics.mean(before):.1f}% → {100 * statistics.mean(after):.1f}% | "
-                f"{statistics.median(secs):.1f} | {statistics.mean(turns):.2f} | {statistics.mean(invalid):.2f} |"
-            )
+        lines += training_table(d.name, runs)
+        if runs and all(evaluation_steps(r) for rs in runs.values() for r in rs):
+            lines += ["", *held_out_tables(d.name, runs, level, baseline), ""]
     if png is not None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)), squeeze=False)
-        for (name, runs), (ax_step, ax_time) in zip(panels, axes, strict=True):
-            for method, rs in runs.items():
-                curves = [_curves(r) for r in rs]
-                n = min(len(c[0]) for c in curves)
-                steps = curves[0][0][:n]
-                mean = [statistics.mean(c[1][i] for c in curves) for i in range(n)]
-                lo = [min(c[1][i] for c in curves) for i in range(n)]
-                hi = [max(c[1][i] for c in curves) for i in range(n)]
-                secs = [statistics.mean(c[2][i] for c in curves) for i in range(n)]
-                line = ax_step.plot(steps, mean, label=f"{method} (mean of {len(rs)} seeds)")[0]
-                ax_step.fill_between(steps, lo, hi, alpha=0.2, color=line.get_color())
-                ax_time.plot(secs, mean, color=line.get_color(), label=method)
-            ax_step.set_title(f"{name}: training success rate vs step (band: min-max over seeds)")
-            ax_step.set_xlabel("step")
-            ax_time.set_title(f"{name}: vs wall-clock")
-            ax_time.set_xlabel("seconds")
-            for ax in (ax_step, ax_time):
-                ax.set_ylabel("success rate")
-                ax.legend(fontsize=8)
-        save_figure(fig, png)
+        _plot(panels, png)
     return "\n".join(lines)
+
+
+def _plot(panels: list[tuple[str, dict[str, list[Path]]]], png: Path) -> None:
+    """Per task: held-out success vs step (pooled over seeds, 95 % band over items) or, without per-item
+    evaluations, training success vs step (band: min-max over seeds); and the same against wall clock."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    for (name, runs), (ax_step, ax_time) in zip(panels, axes, strict=True):
+        what = "training success rate"
+        for method, rs in runs.items():
+            if all(evaluation_steps(r) for r in rs):
+                what = "held-out success"
+                steps = sorted(set.intersection(*(set(evaluation_steps(r)) for r in rs)))
+                evs = [[held_out(r, s) for r in rs] for s in steps]
+                mode = _mode(evs[0][0])
+                reports = [pooled(e, mode) for e in evs]
+                mean = [x.accuracy for x in reports]
+                lo, hi = [x.ci_low for x in reports], [x.ci_high for x in reports]
+                elapsed = {r: {x["step"]: x["elapsed_seconds"] for x in _rows(r / "metrics.jsonl")} for r in rs}
+                secs = [statistics.mean(elapsed[r].get(s, 0.0) for r in rs) for s in steps]
+                label = f"{method} ({mode}, {len(rs)} seeds pooled)"
+            else:
+                rows = [_rows(r / "metrics.jsonl") for r in rs]
+                n = min(len(x) for x in rows)
+                steps = [x["step"] for x in rows[0][:n]]
+                values = [[x[i]["success_rate"] for x in rows] for i in range(n)]
+                mean = [statistics.mean(v) for v in values]
+                lo, hi = [min(v) for v in values], [max(v) for v in values]
+                secs = [statistics.mean(x[i]["elapsed_seconds"] for x in rows) for i in range(n)]
+                label = f"{method} (mean of {len(rs)} seeds)"
+            line = ax_step.plot(steps, mean, marker="o" if what == "held-out success" else None, label=label)[0]
+            ax_step.fill_between(steps, lo, hi, alpha=0.2, color=line.get_color())
+            ax_time.plot(secs, mean, color=line.get_color(), label=method)
+            ax_time.fill_between(secs, lo, hi, alpha=0.15, color=line.get_color())
+        band = "95% interval over items" if what == "held-out success" else "min-max over seeds"
+        ax_step.set_title(f"{name}: {what} vs step (band: {band})", fontsize=9)
+        ax_step.set_xlabel("step")
+        ax_time.set_title(f"{name}: vs wall clock", fontsize=9)
+        ax_time.set_xlabel("seconds")
+        for ax in (ax_step, ax_time):
+            ax.set_ylabel(what)
+            ax.legend(fontsize=8)
+    save_figure(fig, png)
 
 
 def main() -> None:
@@ -147,13 +288,15 @@ def main() -> None:
     p = sub.add_parser("report")
     p.add_argument("dirs", type=Path, nargs="+")
     p.add_argument("--png", type=Path)
+    p.add_argument("--level", type=float, default=0.45, help="held-out success level for 'steps to level'")
+    p.add_argument("--baseline", default="episode_grpo", help="the method the others are compared with")
     args = parser.parse_args()
     if args.command == "calibrate":
         print(json.dumps(calibrate(args.config, args.overrides, args.groups), indent=2))
     elif args.command == "run":
         run(args.config, args.out, args.seeds, args.methods, args.overrides)
     else:
-        print(report(args.dirs, args.png))
+        print(report(args.dirs, args.png, args.level, args.baseline))
 
 
 if __name__ == "__main__":

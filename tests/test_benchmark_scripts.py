@@ -73,6 +73,59 @@ def test_gigpo_benchmark_calibrate_and_report_on_a_tiny_model(tmp_path, monkeypa
     runpy.run_path(str(BENCHMARKS / "gigpo.py"), run_name="__main__")
     text = capsys.readouterr().out
     assert "| bench | gigpo | 1 |" in text and png.stat().st_size > 0
+    assert "Held-out" not in text  # no per-item evaluations: the training table only
+
+
+def _write_held_out(run: Path, step: int, greedy: list[bool], sampled: list[list[bool]]) -> None:
+    import json
+
+    rows = [{"task_id": 100 + i, "won": w} for i, w in enumerate(greedy)]
+    rows += [{"task_id": 100 + i, "won": w, "eval_mode": "sampled"} for i, ws in enumerate(sampled) for w in ws]
+    (run / f"eval_samples_step{step:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_gigpo_report_held_out_intervals_by_hand(tmp_path, monkeypatch, capsys) -> None:
+    """The held-out tables: per-run and pooled success with intervals over items, and the paired difference."""
+    import json
+    import math
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from held_out import SeedInterval, held_out, paired_difference, pooled
+
+    # 4 items, 2 samples each; method a wins items 0-1 always, b only item 0; seeds alike
+    for method, wins in (("episode_grpo", {0}), ("gigpo", {0, 1})):
+        for seed in (0, 1):
+            run = tmp_path / "bench" / f"{method}-seed{seed}"
+            run.mkdir(parents=True)
+            rows = [{"step": s, "success_rate": 0.5, "turns_per_episode": 3, "invalid_action_rate": 0.0,
+                     "step_seconds": 2.0, "trained_tokens": 10 * (s % 2), "elapsed_seconds": 2.0 * s} for s in (1, 2)]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (run / "eval.jsonl").write_text("".join(json.dumps({"step": s, "accuracy": 0.25}) + "\n" for s in (0, 2)))
+            _write_held_out(run, 0, [True, False, False, False], [[True, False], [False, False], [False] * 2, [False] * 2])
+            _write_held_out(run, 2, [i in wins for i in range(4)], [[i in wins] * 2 for i in range(4)])
+    runs = {m: [held_out(tmp_path / "bench" / f"{m}-seed{s}") for s in (0, 1)] for m in ("episode_grpo", "gigpo")}
+    assert pooled(runs["gigpo"], "sampled").accuracy == 0.5 and pooled(runs["gigpo"], "sampled").samples == 4
+    diff = paired_difference(runs["gigpo"], runs["episode_grpo"], "sampled")
+    assert diff.items == 4 and diff.difference == 0.25  # item rates (1,1,0,0) - (1,0,0,0)
+    sd = math.sqrt(((0.75**2) + 3 * (0.25**2)) / 3)
+    assert (diff.ci_low, diff.ci_high) == (
+        pytest.approx(0.25 - 1.959964 * sd / 2, abs=1e-5),
+        pytest.approx(0.25 + 1.959964 * sd / 2, abs=1e-5),
+    )
+    seeds = SeedInterval.of([0.1, 0.2, 0.3])
+    assert (seeds.low, seeds.high) == (
+        pytest.approx(0.2 - 4.303 * 0.1 / math.sqrt(3)),
+        pytest.approx(0.2 + 4.303 * 0.1 / math.sqrt(3)),
+    )
+    monkeypatch.setattr(sys, "argv", ["gigpo.py", "report", str(tmp_path / "bench"), "--level", "0.5"])
+    runpy.run_path(str(BENCHMARKS / "gigpo.py"), run_name="__main__")
+    text = capsys.readouterr().out
+    assert "| gigpo | 1 | 50% (15–85) | 50.0% (" in text
+    assert "| gigpo | 2 | 25.0% (" in text and "→ **50.0% (" in text
+    assert "| gigpo | 0 | 50% (15–85) | 50.0% (" in text and "| 2 | 2.0 (2.0) |" in text  # reached at step 2
+    assert "| episode_grpo | 0 | 25% (" in text and "| not reached |" in text
+    assert "gigpo − episode_grpo, sampled: paired by item +25.0 points" in text
+    assert "across seeds +25.0 (95% CI +25.0 to +25.0; seeds +25, +25)" in text
 
 
 def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
