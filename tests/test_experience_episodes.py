@@ -250,3 +250,22 @@ def test_batch_hierarchy_and_step_table_survive_select_and_concat(policy):
     assert both.steps.num_steps == batch.steps.num_steps + sub.steps.num_steps
     with pytest.raises(ValueError, match="hierarchy"):
         batch.replace(group_index=torch.arange(batch.num_samples) % 2, trajectory_index=torch.zeros_like(batch.group_index))
+
+
+def test_trajectory_record_keeps_the_step_info_json_can_hold():
+    import json
+    import math
+
+    from grove.envs.base import Observation
+    from grove.experience.episodes import Trajectory
+
+    turn = _turn([1, 2], Observation("start", anchor=0))
+    turn.info = {"step_type": "query", "kb": "tables", "routing_correct": True, "hit": 1, "score": 0.5,
+                 "nan": math.nan, "raw": object(), "scores": [1, 2], "gold": None}
+    plain = _turn([3], Observation("next", anchor=1))
+    record = Trajectory(group=0, slot=0, task_id=7, seed=7, turns=[turn, plain]).record()
+    first, second = record["trajectory"]
+    assert first["info"] == {"step_type": "query", "kb": "tables", "routing_correct": True, "hit": 1, "score": 0.5,
+                             "gold": None}
+    assert "info" not in second  # nothing to keep: no key
+    json.loads(json.dumps(record, allow_nan=False))

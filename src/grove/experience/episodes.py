@@ -26,6 +26,7 @@ end (``env.prompt_overflow: truncate_observation``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -167,10 +168,21 @@ class Trajectory:
                     "valid": not t.invalid,
                     "reward": t.reward,
                     "penalty": t.penalty,
+                    **({"info": info} if (info := _scalar_info(t.info)) else {}),
                 }
                 for t in self.turns
             ],
         }
+
+
+def _scalar_info(info: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a step's ``info`` that JSON holds as they are (strings, booleans, integers, finite floats,
+    nulls), e.g. ``kb_routing``'s ``step_type``, ``kb`` and ``routing_correct``, for the trajectory records."""
+    return {
+        str(k): v
+        for k, v in info.items()
+        if v is None or isinstance(v, str | bool | int) or (isinstance(v, float) and math.isfinite(v))
+    }
 
 
 @dataclass
