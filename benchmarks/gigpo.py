@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from held_out import (
+    MODES,
     HeldOut,
     SeedInterval,
     evaluation_steps,
@@ -201,6 +202,11 @@ def held_out_tables(name: str, runs: dict[str, list[Path]], level: float, baseli
             + f"{', '.join('—' if s is None else str(s) for s in steps)} | "
             f"{statistics.mean(_speed(r)[0] for r in rs):.1f} |"
         )
+    lines += ["", "After − before training, paired by held-out item (all seeds pooled):", ""]
+    for method in runs:
+        for m in MODES:
+            if m in last[method][0].outcomes and m in first[method][0].outcomes:
+                lines.append(f"- {method}, {m}: {paired_difference(last[method], first[method], m)}")
     if baseline in runs:
         lines += ["", f"Differences against {baseline} (percentage points, held-out, the last evaluation):", ""]
         for method in runs:

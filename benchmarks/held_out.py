@@ -137,6 +137,65 @@ def _t975(df: int) -> float:
     return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df
 
 
+def item_values(run_dir: Path, value, step: int | None = None, mode: str = "greedy") -> dict[str, list[float]]:
+    """Per held-out item, ``value(row)`` of each of its evaluation rows in ``mode`` (rows where it returns
+    ``None`` are left out: e.g. the routing accuracy of an episode that never searched)."""
+    steps = evaluation_steps(run_dir)
+    step = steps[-1] if step is None else step
+    out: dict[str, list[float]] = defaultdict(list)
+    for line in (run_dir / f"eval_samples_step{step:06d}.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("eval_mode", "greedy") != mode:
+            continue
+        v = value(row)
+        if v is not None:
+            out[str(row["task_id"]) if "task_id" in row else row["prompt"]].append(float(v))
+    return dict(out)
+
+
+@dataclass(frozen=True)
+class ItemMean:
+    """The mean over items of each item's mean value, with the normal 95 % interval over items (sd / √n): for
+    metrics that are not one success per episode (searches per question, routing accuracy over an episode's
+    searches), with the items, not the episodes, as the independent draws."""
+
+    items: int
+    mean: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, per_item: dict[str, list[float]]) -> ItemMean:
+        means = [statistics.fmean(v) for v in per_item.values() if v]
+        n = len(means)
+        if n == 0:
+            return cls(0, math.nan, math.nan, math.nan)
+        mean = statistics.fmean(means)
+        half = 1.959964 * statistics.stdev(means) / math.sqrt(n) if n > 1 else math.nan
+        return cls(n, mean, mean - half, mean + half)
+
+    def show(self, scale: float = 100.0, unit: str = "%", digits: int = 1) -> str:
+        """E.g. ``"61.7% (55.0–68.4, 60 items)"``."""
+        return (f"{scale * self.mean:.{digits}f}{unit} ({scale * self.low:.{digits}f}–{scale * self.high:.{digits}f}, "
+                f"{self.items} items)")
+
+
+def merge(per_item: Sequence[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """Several runs' values of the same items, pooled item by item."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for values in per_item:
+        for item, v in values.items():
+            out[item].extend(v)
+    return dict(out)
+
+
+def paired_item_difference(a: dict[str, list[float]], b: dict[str, list[float]]) -> ItemMean:
+    """Mean over the items both have of (A's item mean − B's item mean), with the normal interval over items (the
+    unclamped form of :class:`PairedDifference`, for metrics that are not rates, e.g. searches per question)."""
+    common = sorted(set(a) & set(b))
+    return ItemMean.of({i: [statistics.fmean(a[i]) - statistics.fmean(b[i])] for i in common if a[i] and b[i]})
+
+
 def percent(report: SampledReport) -> str:
     """E.g. ``"51.0% (41.7–60.2)"``."""
     return f"{100 * report.accuracy:.1f}% ({100 * report.ci_low:.1f}–{100 * report.ci_high:.1f})"

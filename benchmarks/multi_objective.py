@@ -7,7 +7,9 @@ Two sub-commands:
         --seeds 0 1 2 --aggregators sum_then_normalize normalize_then_sum variance_weighted --set train.steps=8
 
     # a PNG (held-out mean of each objective vs step, mean and range over seeds, one line per aggregator)
-    # and a Markdown table (start → end per objective, mean ± std over seeds)
+    # and Markdown tables (start → end per objective, mean ± std over seeds; each objective after training pooled
+    # over seeds with its 95 % interval over held-out prompts, and each aggregator minus sum_then_normalize
+    # paired by prompt: the objective an aggregator sacrifices is the one whose difference lies below zero)
     python benchmarks/multi_objective.py report runs/bench-mo-clinical --png docs/img/multi_objective_clinical.png
 
 An aggregator runs with the estimator it is designed for: ``sum_then_normalize`` and ``variance_weighted`` with
@@ -24,6 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from held_out import ItemMean, evaluation_steps, item_values, merge, paired_item_difference
 from seeded_runs import add_run_command, comparison_parser, train_alternated
 
 ESTIMATOR = {"sum_then_normalize": "grpo", "normalize_then_sum": "score_as_advantage", "variance_weighted": "grpo"}
@@ -108,6 +111,36 @@ def table(runs: dict[str, dict[int, list[dict]]], objectives: list[str]) -> str:
     return "\n".join(lines)
 
 
+def held_out_table(out: Path, objectives: list[str], baseline: str = "sum_then_normalize") -> str:
+    """Each objective's held-out mean after training, pooled over an aggregator's seeds, with the 95 % interval over
+    held-out prompts (from the last evaluation's samples), and each aggregator − the baseline paired by prompt: an
+    objective whose difference lies below zero is the one an aggregator sacrifices."""
+    runs: dict[str, list[Path]] = {}
+    for run_dir in sorted(out.iterdir()):
+        if (run_dir / "summary.json").exists() and "-seed" in run_dir.name and evaluation_steps(run_dir):
+            runs.setdefault(run_dir.name.rsplit("-seed", 1)[0], []).append(run_dir)
+    if not runs:
+        return ""
+    values = {
+        a: {name: merge([item_values(r, lambda row, n=name: row.get("rewards", {}).get(n)) for r in rs])
+            for name in objectives}
+        for a, rs in runs.items()
+    }
+    lines = ["| aggregator | seeds | " + " | ".join(objectives) + " |", "|---|---|" + "---|" * len(objectives)]
+    for a, rs in runs.items():
+        cells = [ItemMean.of(values[a][name]).show(1.0, "", 3) for name in objectives]
+        lines.append(f"| `{a}` | {len(rs)} | " + " | ".join(cells) + " |")
+    for a in runs:
+        if a == baseline or baseline not in runs:
+            continue
+        cells = []
+        for name in objectives:
+            d = paired_item_difference(values[a][name], values[baseline][name])
+            cells.append(f"{d.mean:+.3f} ({d.low:+.3f} to {d.high:+.3f})")
+        lines.append(f"| `{a}` − `{baseline}` (paired by prompt) | | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot(runs: dict[str, dict[int, list[dict]]], objectives: list[str], png: Path, title: str) -> None:
     import matplotlib
 
@@ -161,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(runs, objectives))
     print()
     print(share_table(collect(args.out, "metrics.jsonl"), objectives))
+    held_out = held_out_table(args.out, objectives)
+    if held_out:
+        print("\nHeld-out after training, pooled over seeds (95 % intervals over prompts):\n")
+        print(held_out)
     if args.png:
         plot(runs, objectives, args.png, str(args.out))
         print(f"\nwrote {args.png}")

@@ -10,7 +10,8 @@ Three sub-commands:
         --seeds 0 1 2 --methods outcome_grpo step_grpo gigpo --set train.steps=12 --set eval.every=6
 
     # a PNG (held-out answer accuracy, routing accuracy and searches per question vs step, mean and range over
-    # seeds) and a Markdown table
+    # seeds) and Markdown tables: per seed, then each metric pooled over seeds with its 95 % interval over the
+    # held-out questions, and each method minus outcome_grpo paired by question (benchmarks/held_out.py)
     python benchmarks/step_grpo.py report runs/bench-step-grpo --png docs/img/step_grpo.png
 
 Methods (each a bundle of `--set` values on top of the config):
@@ -32,6 +33,7 @@ import statistics
 import time
 from pathlib import Path
 
+from held_out import ItemMean, evaluation_steps, item_values, merge, paired_item_difference
 from seeded_runs import (
     add_calibrate_command,
     add_run_command,
@@ -118,6 +120,47 @@ def _fmt(xs: list[float], scale: float = 100.0, unit: str = "%") -> str:
     return f"{scale * statistics.mean(xs):.1f}{unit} ({', '.join(f'{scale * x:.0f}' for x in xs)})"
 
 
+def _valid_infos(row: dict) -> list[dict]:
+    return [t.get("info", {}) for t in row.get("trajectory", []) if t.get("valid")]
+
+
+def _routing(row: dict) -> float | None:
+    queries = [i for i in _valid_infos(row) if i.get("step_type") == "query"]
+    return statistics.fmean(float(bool(i.get("routing_correct"))) for i in queries) if queries else None
+
+
+#: held-out metrics per item, from the evaluation samples: (label, value of one episode, scale, unit)
+ITEM_METRICS = {
+    "answer accuracy": (lambda row: float(bool(row["won"])), 100.0, "%"),
+    "routing accuracy": (_routing, 100.0, "%"),
+    "searches / question": (lambda row: float(sum(i.get("step_type") == "query" for i in _valid_infos(row))), 1.0, ""),
+}
+
+
+def held_out_table(runs: dict[str, list[Path]], baseline: str = "outcome_grpo") -> list[str]:
+    """Each metric pooled over a method's seeds with its 95 % interval over held-out questions (the last
+    evaluation; routing accuracy over the questions with at least one search), then each method − the baseline
+    paired by question."""
+    values = {m: {label: merge([item_values(r, fn) for r in rs]) for label, (fn, _, _) in ITEM_METRICS.items()}
+              for m, rs in runs.items()}
+    lines = ["| method | seeds | " + " | ".join(ITEM_METRICS) + " |", "|---|---|" + "---|" * len(ITEM_METRICS)]
+    for m, rs in runs.items():
+        cells = [ItemMean.of(values[m][label]).show(scale, unit, 1 if unit else 2)
+                 for label, (_, scale, unit) in ITEM_METRICS.items()]
+        lines.append(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
+    if baseline in values:
+        for m in values:
+            if m == baseline:
+                continue
+            cells = []
+            for label, (_, scale, unit) in ITEM_METRICS.items():
+                d = paired_item_difference(values[m][label], values[baseline][label])
+                cells.append(f"{label} {scale * d.mean:+.{1 if unit else 2}f} ({scale * d.low:+.{1 if unit else 2}f} to "
+                             f"{scale * d.high:+.{1 if unit else 2}f}, {d.items} questions)")
+            lines.append(f"\n{m} − {baseline}, paired by question: " + "; ".join(cells))
+    return lines
+
+
 def report(d: Path, png: Path | None) -> str:
     """A table (held-out before → after per metric, OOD quiz after, training seconds per step) and the curves."""
     runs = _runs(d)
@@ -145,6 +188,8 @@ def report(d: Path, png: Path | None) -> str:
         secs = [statistics.median(json.loads(x)["step_seconds"] for x in (r / "metrics.jsonl").read_text().splitlines())
                 for r in rs]
         lines.append(f"| {method} | {len(rs)} | {' | '.join(cells)} | {quiz_cell} | {statistics.median(secs):.1f} |")
+    if runs and all(evaluation_steps(r) for rs in runs.values() for r in rs):
+        lines += ["", "Held-out, pooled over seeds (95 % intervals over questions):", "", *held_out_table(runs)]
     if png is not None and runs:
         import matplotlib
 

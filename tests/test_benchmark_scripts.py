@@ -175,6 +175,13 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
                     e["routing_accuracy"] = 0.5
                 evals.append(e)
             (run / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+            # the last evaluation's episodes, two questions: step_grpo searches (rightly on q0, wrongly on q1)
+            def episode(task, won, queries):
+                turns = [{"valid": True, "info": {"step_type": "query", "routing_correct": ok}} for ok in queries]
+                return {"task_id": task, "won": won, "trajectory": [*turns, {"valid": True, "info": {"step_type": "answer"}}]}
+
+            rows = [episode(0, True, [True] if searched else []), episode(1, searched and seed == 0, [False] if searched else [])]
+            (run / "eval_samples_step000002.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     png = tmp_path / "s.png"
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     monkeypatch.setattr(sys, "argv", ["step_grpo.py", "report", str(tmp_path / "bench"), "--png", str(png)])
@@ -182,6 +189,10 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
     text = capsys.readouterr().out
     assert "| outcome_grpo | 2 | 10.0% → 25.0% (20, 30) | – (no searches) |" in text
     assert "| step_grpo | 2 | 10.0% → 25.0% (20, 30) | 50.0% → 50.0% (50, 50) |" in text
+    # pooled by question: outcome_grpo answers q0 always, q1 never; step_grpo q1 in one seed of two
+    assert "| outcome_grpo | 2 | 50.0% (" in text and "| step_grpo | 2 | 75.0% (" in text
+    assert "| 50.0% (-48.0–148.0, 2 items) | 1.00 (1.00–1.00, 2 items) |" in text  # routing 1 and 0; one search each
+    assert "step_grpo − outcome_grpo, paired by question: answer accuracy +25.0 (-24.0 to +74.0, 2 questions)" in text
     assert png.stat().st_size > 0
     monkeypatch.setattr(sys, "argv", ["step_grpo.py", "run", "cfg.yaml", "--out", str(tmp_path / "x"),
                                       "--methods", "ppo"])
