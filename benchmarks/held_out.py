@@ -65,6 +65,8 @@ def held_out(run_dir: Path, step: int | None = None) -> HeldOut:
     outcomes: dict[str, dict[str, list[bool]]] = {mode: defaultdict(list) for mode in MODES}
     for line in (run_dir / f"eval_samples_step{step:06d}.jsonl").read_text().splitlines():
         row = json.loads(line)
+        if row.get("eval_set") is not None:  # a further evaluation set (e.g. kb_routing's quiz): not the held-out split
+            continue
         item = str(row["task_id"]) if "task_id" in row else row["prompt"]
         ok = row["won"] if "won" in row else row["correct"]
         outcomes[row.get("eval_mode", "greedy")][item].append(bool(ok))
@@ -139,13 +141,14 @@ def _t975(df: int) -> float:
 
 def item_values(run_dir: Path, value, step: int | None = None, mode: str = "greedy") -> dict[str, list[float]]:
     """Per held-out item, ``value(row)`` of each of its evaluation rows in ``mode`` (rows where it returns
-    ``None`` are left out: e.g. the routing accuracy of an episode that never searched)."""
+    ``None`` are left out: e.g. the routing accuracy of an episode that never searched). Rows of further
+    evaluation sets (``eval_set``, e.g. an out-of-distribution quiz) are not held-out items of the split."""
     steps = evaluation_steps(run_dir)
     step = steps[-1] if step is None else step
     out: dict[str, list[float]] = defaultdict(list)
     for line in (run_dir / f"eval_samples_step{step:06d}.jsonl").read_text().splitlines():
         row = json.loads(line)
-        if row.get("eval_mode", "greedy") != mode:
+        if row.get("eval_mode", "greedy") != mode or row.get("eval_set") is not None:
             continue
         v = value(row)
         if v is not None:

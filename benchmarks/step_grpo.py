@@ -188,8 +188,11 @@ def report(d: Path, png: Path | None) -> str:
         secs = [statistics.median(json.loads(x)["step_seconds"] for x in (r / "metrics.jsonl").read_text().splitlines())
                 for r in rs]
         lines.append(f"| {method} | {len(rs)} | {' | '.join(cells)} | {quiz_cell} | {statistics.median(secs):.1f} |")
-    if runs and all(evaluation_steps(r) for rs in runs.values() for r in rs):
-        lines += ["", "Held-out, pooled over seeds (95 % intervals over questions):", "", *held_out_table(runs)]
+    finished = {m: [r for r in rs if (r / "summary.json").exists() and evaluation_steps(r)] for m, rs in runs.items()}
+    finished = {m: rs for m, rs in finished.items() if rs}
+    if finished:
+        lines += ["", "Held-out, finished runs pooled over seeds (95 % intervals over questions):", "",
+                  *held_out_table(finished)]
     if png is not None and runs:
         import matplotlib
 

@@ -181,7 +181,9 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
                 return {"task_id": task, "won": won, "trajectory": [*turns, {"valid": True, "info": {"step_type": "answer"}}]}
 
             rows = [episode(0, True, [True] if searched else []), episode(1, searched and seed == 0, [False] if searched else [])]
+            rows.append({**episode(0, False, []), "eval_set": "quiz"})  # another evaluation set: not an item
             (run / "eval_samples_step000002.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (run / "summary.json").write_text("{}")  # finished
     png = tmp_path / "s.png"
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     monkeypatch.setattr(sys, "argv", ["step_grpo.py", "report", str(tmp_path / "bench"), "--png", str(png)])
