@@ -46,9 +46,6 @@ class HeldOut:
             raise ValueError(f"step {self.step}: items of the {mode} evaluation have {sorted(per_item)} outcomes")
         return SampledReport.from_item_counts([sum(v) for v in counts.values()], per_item.pop())
 
-    def rates(self, mode: str) -> dict[str, float]:
-        return {item: sum(v) / len(v) for item, v in self.outcomes[mode].items()}
-
 
 def evaluation_steps(run_dir: Path) -> list[int]:
     """The steps at which ``run_dir`` has evaluation samples, in order."""
@@ -75,10 +72,7 @@ def held_out(run_dir: Path, step: int | None = None) -> HeldOut:
 
 def pooled(evaluations: Sequence[HeldOut], mode: str) -> SampledReport:
     """Success over all the runs' outcomes of the same items, with the interval over items."""
-    counts: dict[str, list[bool]] = defaultdict(list)
-    for ev in evaluations:
-        for item, outs in ev.outcomes[mode].items():
-            counts[item].extend(outs)
+    counts = merge([ev.outcomes[mode] for ev in evaluations])
     sizes = {len(v) for v in counts.values()}
     if len(sizes) != 1:
         raise ValueError(f"the runs evaluated different items or numbers of samples ({sorted(sizes)} per item)")
@@ -87,20 +81,13 @@ def pooled(evaluations: Sequence[HeldOut], mode: str) -> SampledReport:
 
 def paired_difference(a: Sequence[HeldOut], b: Sequence[HeldOut], mode: str) -> PairedDifference:
     """Method A − method B, paired by item: each item's success rate over all of a method's runs."""
-    rate_a = _pooled_rates(a, mode)
-    rate_b = _pooled_rates(b, mode)
+    rate_a, rate_b = (
+        {item: sum(o) / len(o) for item, o in merge([ev.outcomes[mode] for ev in runs]).items()} for runs in (a, b)
+    )
     if set(rate_a) != set(rate_b):
         raise ValueError("the two methods were evaluated on different items; pair runs of the same held-out split")
     items = sorted(rate_a)
     return PairedDifference.from_item_rates([rate_a[i] for i in items], [rate_b[i] for i in items])
-
-
-def _pooled_rates(evaluations: Sequence[HeldOut], mode: str) -> dict[str, float]:
-    outs: dict[str, list[bool]] = defaultdict(list)
-    for ev in evaluations:
-        for item, o in ev.outcomes[mode].items():
-            outs[item].extend(o)
-    return {item: sum(o) / len(o) for item, o in outs.items()}
 
 
 @dataclass(frozen=True)
@@ -183,7 +170,7 @@ class ItemMean:
                 f"{self.items} items)")
 
 
-def merge(per_item: Sequence[dict[str, list[float]]]) -> dict[str, list[float]]:
+def merge(per_item: Sequence[dict[str, list]]) -> dict[str, list]:
     """Several runs' values of the same items, pooled item by item."""
     out: dict[str, list[float]] = defaultdict(list)
     for values in per_item:
