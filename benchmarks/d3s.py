@@ -1,151 +1,225 @@
-"""GRPO vs GRPO + D^3S (and DAPO vs DAPO + D^3S) on the default task, several seeds, same rollouts.
+"""D^3S against plain GRPO on the arithmetic demo: held-out accuracy against steps, training tokens and wall clock.
 
-Every variant trains the demo config (``examples/arithmetic.yaml``, its algorithm section replaced
-by a preset) for the same number of steps, i.e. the same number of generated rollouts per step (DAPO's
-dynamic sampling may draw extra rounds, reported), and is evaluated greedily on the same held-out
-problems every ``--eval-every`` steps. "+d3s" adds the ``d3s`` preset's ``selection`` block (max-Var(A)
-half of every group and top-|A|·H half of every completion's tokens at the start, relaxed along a cosine
-to everything at the last step). The base model is evaluated once (before the first run; greedy, so the
-same for every run).
+Two sub-commands:
 
-Writes ``OUT/d3s.png`` (held-out accuracy and training reward against optimizer steps, tokens that
-received gradient, and training wall-clock; mean over seeds, thin lines per seed) and prints the
-markdown table for ``docs/benchmarks.md``.
+    # for each seed, each method (alternated), one `grove train` run in its own process (resumable)
+    python benchmarks/d3s.py run examples/arithmetic.yaml --out runs/bench-d3s --seeds 0 1 2 --methods grpo d3s \\
+        --set eval.every=5
 
-    python benchmarks/d3s.py --steps 12 --eval-every 4 --seeds 0 1 2 --out runs/d3s
+    # Markdown tables (per run; pooled over seeds with the 95 % interval over held-out problems; D^3S − GRPO paired
+    # by problem and across seeds; steps, gradient tokens and seconds to reach --level) and a PNG (held-out accuracy
+    # against step, tokens that received gradient and training seconds, pooled over seeds, 95 % band over problems)
+    python benchmarks/d3s.py report runs/bench-d3s --png docs/img/d3s.png --level 0.5
+
+Methods, each a bundle of ``--set`` values on top of the config (everything else, the budget included, is the
+config's and the same for all):
+
+* ``grpo``: the config's algorithm as it is;
+* ``d3s``: the same algorithm plus the ``d3s`` preset's ``selection`` block: per group the max-Var(A) half of the
+  rollouts and per completion the top-|A|·H half of the tokens at the start, both relaxed along a cosine to
+  everything at the last step (docs/algorithms-selection.md);
+* ``dapo`` / ``dapo_d3s``: the ``dapo`` preset without and with the same selection block.
+
+"Tokens that received gradient" is the metrics' ``grad_tokens`` summed over steps (D^3S's token selection and its
+dropped rollouts both lower it); "training seconds" is ``step_seconds`` summed (evaluations excluded).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-import matplotlib
-from compare_algorithms import read
+from held_out import (
+    HeldOut,
+    SeedInterval,
+    evaluation_steps,
+    greedy_interval,
+    held_out,
+    paired_difference,
+    percent,
+    pooled,
+)
+from seeded_runs import add_run_command, comparison_parser, save_figure, train_alternated
 
 from grove.config.presets import PRESETS
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 SELECTION = json.dumps(PRESETS["d3s"].settings["selection"])  # JSON is YAML flow syntax
-VARIANTS = {
-    "grpo": ["algorithm={preset: grpo}"],
-    "grpo+d3s": ["algorithm={preset: d3s}"],
+METHODS = {
+    "grpo": [],
+    "d3s": [f"selection={SELECTION}"],
     "dapo": ["algorithm={preset: dapo}"],
-    "dapo+d3s": ["algorithm={preset: dapo}", f"selection={SELECTION}"],
+    "dapo_d3s": ["algorithm={preset: dapo}", f"selection={SELECTION}"],
 }
+#: what each method is compared with
+BASELINE = {"d3s": "grpo", "dapo_d3s": "dapo"}
 
 
-def grove(*args: str) -> None:
-    cmd = [sys.executable, "-m", "grove.cli", *args]
-    print("==", " ".join(args), flush=True)
-    subprocess.run(cmd, check=True)
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def train(variant: str, seed: int, out: Path, steps: int, eval_every: int, before: bool, extra: list[str]) -> None:
-    overrides = [*VARIANTS[variant], f"seed={seed}", f"output_dir={out}", f"train.steps={steps}",
-                 f"eval.every={eval_every}", f"eval.before_training={str(before).lower()}", "logging.progress=false",
-                 *extra]
-    grove("train", "examples/arithmetic.yaml", *[x for o in overrides for x in ("--set", o)])
+def runs_by_method(out: Path) -> dict[str, list[Path]]:
+    """The finished runs under ``out`` (``<method>-seed<seed>`` with a summary and evaluation samples), by method."""
+    runs: dict[str, list[Path]] = {}
+    for run_dir in sorted(out.iterdir()):
+        if "-seed" in run_dir.name and (run_dir / "summary.json").exists() and evaluation_steps(run_dir):
+            runs.setdefault(run_dir.name.rsplit("-seed", 1)[0], []).append(run_dir)
+    return runs
 
 
-def curves(run: Path) -> dict[str, list[float]]:
-    """Per-step cumulative x-axes and the held-out accuracy at the evaluated steps."""
-    metrics = read(run / "metrics.jsonl")
-    evals = {e["step"]: e for e in read(run / "eval.jsonl")}
-    tokens, seconds, cum_tokens, cum_seconds = 0.0, 0.0, [], []
-    for m in metrics:
-        tokens += m["grad_tokens"]
-        seconds += m["step_seconds"]
-        cum_tokens.append(tokens)
-        cum_seconds.append(seconds)
-    at = [i for i, m in enumerate(metrics) if m["step"] in evals]
-    return {
-        "step": [m["step"] for m in metrics],
-        "reward": [m["reward_mean"] for m in metrics],
-        "grad_tokens": cum_tokens,
-        "seconds": cum_seconds,
-        "eval_step": [metrics[i]["step"] for i in at],
-        "eval_tokens": [cum_tokens[i] for i in at],
-        "eval_seconds": [cum_seconds[i] for i in at],
-        "eval_acc": [evals[metrics[i]["step"]]["accuracy"] for i in at],
-        "kept_frac": [m.get("selection/kept_samples_frac", 1.0) for m in metrics],
-        "rounds": [m.get("dynamic_sampling_rounds", 1.0) for m in metrics],
-    }
+def cumulative(run: Path) -> dict[int, dict[str, float]]:
+    """Per step: tokens that received gradient and training seconds so far (step 0: nothing yet)."""
+    out, tokens, seconds = {0: {"tokens": 0.0, "seconds": 0.0}}, 0.0, 0.0
+    for m in _rows(run / "metrics.jsonl"):
+        tokens += m.get("grad_tokens", 0.0)
+        seconds += m.get("step_seconds", 0.0)
+        out[m["step"]] = {"tokens": tokens, "seconds": seconds}
+    return out
 
 
-def mean(values: list[list[float]]) -> list[float]:
-    return [statistics.mean(v) for v in zip(*values, strict=False)]
+def curve(run: Path) -> list[tuple[int, float, float, HeldOut]]:
+    """Per evaluation: (step, gradient tokens so far, training seconds so far, the held-out problems' outcomes)."""
+    so_far = cumulative(run)
+    return [(s, so_far[s]["tokens"], so_far[s]["seconds"], held_out(run, s)) for s in evaluation_steps(run) if s in so_far]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--eval-every", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=Path("runs/d3s"))
-    parser.add_argument("--set", dest="extra", action="append", default=[], help="extra override for every run")
-    parser.add_argument("--plot-only", action="store_true", help="re-plot existing runs")
-    args = parser.parse_args()
-    if not args.plot_only:
-        for seed in args.seeds:  # seeds outermost: an interrupted sweep still has every variant per seed
-            for variant in args.variants:
-                run = args.out / f"{variant}-seed{seed}"
-                if not (run / "summary.json").exists():
-                    first = seed == args.seeds[0] and variant == args.variants[0]
-                    train(variant, seed, run, args.steps, args.eval_every, first, args.extra)
+def first_reaching(run: Path, level: float) -> tuple[int, float, float] | None:
+    """(step, gradient tokens, training seconds) of the first evaluation whose greedy accuracy reaches ``level``."""
+    for step, tokens, seconds, ev in curve(run):
+        if greedy_interval(ev)[0] >= level:
+            return step, tokens, seconds
+    return None
 
-    data = {v: [curves(args.out / f"{v}-seed{s}") for s in args.seeds] for v in args.variants}
-    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
-    xs = (("step", "eval_step", "optimizer step"), ("grad_tokens", "eval_tokens", "tokens that received gradient"),
-          ("seconds", "eval_seconds", "training wall-clock (s, evaluations excluded)"))
-    base = read(args.out / f"{args.variants[0]}-seed{args.seeds[0]}" / "eval.jsonl")[0]  # step 0
-    for color, (variant, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], data.items(), strict=False):
-        for col, (x_step, x_eval, label) in enumerate(xs):
-            for r in runs:
-                axes[0][col].plot([0, *r[x_eval]], [base["accuracy"], *r["eval_acc"]], color=color, alpha=0.25, lw=0.8)
-                axes[1][col].plot(r[x_step], r["reward"], color=color, alpha=0.25, lw=0.8)
-            axes[0][col].plot([0, *mean([r[x_eval] for r in runs])], [base["accuracy"], *mean([r["eval_acc"] for r in runs])],
-                              color=color, marker="o", label=variant)
-            axes[1][col].plot(mean([r[x_step] for r in runs]), mean([r["reward"] for r in runs]), color=color,
-                              marker=".", label=variant)
-            axes[0][col].set_xlabel(label)
-            axes[1][col].set_xlabel(label)
-    for col in range(3):
-        axes[0][col].set_ylabel("held-out greedy accuracy")
-        axes[1][col].set_ylabel("training reward (all rollouts of the step)")
-        for row in range(2):
-            axes[row][col].grid(alpha=0.3)
-            axes[row][col].legend(fontsize=8)
-    fig.suptitle(f"D^3S on SmolLM2-135M, two-digit addition (CPU): mean of seeds {args.seeds} (thin: each seed)")
-    fig.tight_layout()
-    fig.savefig(args.out / "d3s.png", dpi=80)
 
-    print(f"\nbase model: {100 * base['accuracy']:.1f}% ({base['correct']}/{base['total']})\n")
-    eval_steps = data[args.variants[0]][0]["eval_step"]
-    print("| variant | held-out accuracy at the end, mean ± sd (per seed) | mean at steps "
-          f"{', '.join(map(str, eval_steps))} | tokens with gradient | kept / generated rollouts | "
-          "generation rounds | training s |")
-    print("|---|---|---|---|---|---|---|")
-    for variant, runs in data.items():
-        final = [r["eval_acc"][-1] for r in runs]
-        by_step = " / ".join(f"{100 * statistics.mean(r['eval_acc'][i] for r in runs):.1f}" for i in range(len(eval_steps)))
-        tokens = statistics.mean(r["grad_tokens"][-1] for r in runs)
-        kept = statistics.mean(statistics.mean(r["kept_frac"]) for r in runs)
-        rounds = statistics.mean(statistics.mean(r["rounds"]) for r in runs)
-        seconds = statistics.mean(r["seconds"][-1] for r in runs)
-        sd = statistics.stdev(final) if len(final) > 1 else 0.0
-        print(f"| {variant} | {100 * statistics.mean(final):.1f} ± {100 * sd:.1f}% "
-              f"({', '.join(f'{100 * a:.1f}' for a in final)}) | {by_step} | {tokens:,.0f} | {kept:.2f} | "
-              f"{rounds:.2f} | {seconds:.0f} |")
-    print(f"\nplot: {args.out / 'd3s.png'}")
+def _totals(run: Path) -> tuple[float, float, float, float]:
+    """Gradient tokens, generated tokens, training seconds and the mean kept fraction of rollouts over the run."""
+    rows = _rows(run / "metrics.jsonl")
+    return (sum(m.get("grad_tokens", 0.0) for m in rows), sum(m.get("generated_tokens", 0.0) for m in rows),
+            sum(m.get("step_seconds", 0.0) for m in rows),
+            statistics.fmean(m.get("selection/kept_samples_frac", 1.0) for m in rows))
+
+
+def report(out: Path, level: float) -> str:
+    runs = runs_by_method(out)
+    first = {m: [held_out(r, evaluation_steps(r)[0]) for r in rs] for m, rs in runs.items()}
+    last = {m: [held_out(r) for r in rs] for m, rs in runs.items()}
+    lines = [
+        f"Per run (the last evaluation, greedy, Wilson interval over the problems; the first evaluation with held-out "
+        f"accuracy ≥ {100 * level:.0f} %: step / tokens that received gradient / training seconds)",
+        "",
+        "| method | seed | held-out accuracy | tokens with gradient | generated tokens | kept rollouts | training s | "
+        "reached level at |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method, rs in runs.items():
+        for r, ev in zip(rs, last[method], strict=True):
+            acc, low, high = greedy_interval(ev)
+            grad, generated, seconds, kept = _totals(r)
+            hit = first_reaching(r, level)
+            lines.append(
+                f"| {method} | {r.name.rsplit('-seed', 1)[1]} | {100 * acc:.1f}% ({100 * low:.1f}–{100 * high:.1f}) | "
+                f"{grad:,.0f} | {generated:,.0f} | {kept:.2f} | {seconds:.0f} | "
+                + (f"step {hit[0]} / {hit[1]:,.0f} / {hit[2]:.0f} s |" if hit else "not reached |")
+            )
+    lines += [
+        "",
+        "Pooled over seeds (every problem counted once per seed; 95 % interval over problems); the accuracy at each "
+        "evaluation with the mean gradient tokens and training seconds spent by then",
+        "",
+        "| method | seeds | before → after | at each evaluation: step (tokens with gradient, training s) accuracy |",
+        "|---|---|---|---|",
+    ]
+    for method, rs in runs.items():
+        curves = [curve(r) for r in rs]
+        steps = sorted(set.intersection(*({c[0] for c in cv} for cv in curves)))
+        cells = []
+        for step in steps:
+            at = [next(c for c in cv if c[0] == step) for cv in curves]
+            acc = pooled([c[3] for c in at], "greedy").accuracy
+            cells.append(f"{step} ({statistics.fmean(c[1] for c in at):,.0f}, "
+                         f"{statistics.fmean(c[2] for c in at):.0f} s) {100 * acc:.1f}%")
+        lines.append(f"| {method} | {len(rs)} | {percent(pooled(first[method], 'greedy'))} → "
+                     f"**{percent(pooled(last[method], 'greedy'))}** | {'; '.join(cells)} |")
+    lines += ["", "After − before, paired by problem (all seeds pooled):", ""]
+    lines += [f"- {m}: {paired_difference(last[m], first[m], 'greedy')}" for m in runs]
+    compared = [(m, b) for m, b in BASELINE.items() if m in runs and b in runs]
+    if compared:
+        lines += ["", "Each D^3S variant − its baseline (held-out, the last evaluation, percentage points; totals as "
+                  "ratios of the means over seeds):", ""]
+    for method, base in compared:
+        per_seed = SeedInterval.of([greedy_interval(a)[0] - greedy_interval(b)[0]
+                                    for a, b in zip(last[method], last[base], strict=False)])
+        mine = [_totals(r) for r in runs[method]]
+        theirs = [_totals(r) for r in runs[base]]
+        ratio = [statistics.fmean(x[i] for x in mine) / statistics.fmean(x[i] for x in theirs) for i in (0, 1, 2)]
+        lines.append(
+            f"- {method} − {base}: paired by problem {paired_difference(last[method], last[base], 'greedy')}; "
+            f"across seeds {per_seed.points()}; tokens with gradient ×{ratio[0]:.2f}, generated tokens "
+            f"×{ratio[1]:.2f}, training seconds ×{ratio[2]:.2f}"
+        )
+    return "\n".join(lines)
+
+
+def plot(out: Path, png: Path) -> None:
+    """Held-out accuracy against step, gradient tokens and training seconds: pooled over seeds (x: mean over seeds),
+    band: the 95 % interval over problems; thin lines: each seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    for method, rs in runs_by_method(out).items():
+        curves = [curve(r) for r in rs]
+        steps = sorted(set.intersection(*({c[0] for c in cv} for cv in curves)))
+        at = [[next(c for c in cv if c[0] == s) for cv in curves] for s in steps]
+        reports = [pooled([c[3] for c in cs], "greedy") for cs in at]
+        mean = [x.accuracy for x in reports]
+        low, high = [x.ci_low for x in reports], [x.ci_high for x in reports]
+        color = None
+        for ax, column in zip(axes, (0, 1, 2), strict=True):
+            xs = [statistics.fmean(c[column] for c in cs) for cs in at]
+            line = ax.plot(xs, mean, marker="o", color=color, label=f"{method} ({len(rs)} seeds pooled)")[0]
+            color = line.get_color()
+            ax.fill_between(xs, low, high, color=color, alpha=0.15)
+            for cv in curves:
+                ax.plot([c[column] for c in cv], [greedy_interval(c[3])[0] for c in cv], color=color, alpha=0.3, lw=0.7)
+    for ax, label in zip(axes, ("optimizer step", "tokens that received gradient", "training seconds (evaluations "
+                                "excluded)"), strict=True):
+        ax.set_xlabel(label)
+        ax.set_ylabel("held-out greedy accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{out.name}: pooled over seeds, band = 95% interval over held-out problems, thin = each seed")
+    save_figure(fig, png)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, sub = comparison_parser(__doc__)
+    add_run_command(sub, ["grpo", "d3s"])
+    p = sub.add_parser("report", help="tables and PNG of finished runs")
+    p.add_argument("out", type=Path)
+    p.add_argument("--png", type=Path)
+    p.add_argument("--level", type=float, default=0.5, help="held-out accuracy level for 'reached level at'")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        unknown = sorted(set(args.methods) - set(METHODS))
+        if unknown:
+            raise SystemExit(f"unknown methods {unknown}; choose from {sorted(METHODS)}")
+        train_alternated(args.config, args.out, args.seeds, {m: METHODS[m] for m in args.methods}, args.overrides)
+        return 0
+    if not runs_by_method(args.out):
+        print(f"no finished runs with evaluation samples under {args.out}", file=sys.stderr)
+        return 1
+    print(report(args.out, args.level))
+    if args.png:
+        plot(args.out, args.png)
+        print(f"\nwrote {args.png}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

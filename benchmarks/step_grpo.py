@@ -29,11 +29,12 @@ Every run is a normal run directory (metrics.jsonl, eval.jsonl), so `grove plot`
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from pathlib import Path
 
-from held_out import ItemMean, evaluation_steps, item_values, merge, paired_item_difference
+from held_out import ItemMean, SeedInterval, evaluation_steps, item_values, merge, paired_item_difference
 from seeded_runs import (
     add_calibrate_command,
     add_run_command,
@@ -137,10 +138,31 @@ ITEM_METRICS = {
 }
 
 
+def _wall_clock_minutes(run_dir: Path) -> float:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    if not rows:
+        return math.nan
+    return rows[-1].get("elapsed_seconds", sum(r.get("step_seconds", 0.0) for r in rows)) / 60
+
+
+def per_run_table(runs: dict[str, list[Path]]) -> list[str]:
+    """Each finished run's last evaluation: every metric with its 95 % interval over held-out questions, and the
+    run's wall clock (training and evaluations)."""
+    lines = ["| method | seed | " + " | ".join(ITEM_METRICS) + " | wall clock |",
+             "|---|---|" + "---|" * len(ITEM_METRICS) + "---|"]
+    for m, rs in runs.items():
+        for r in rs:
+            cells = [ItemMean.of(item_values(r, fn)).show(scale, unit, 1 if unit else 2)
+                     for fn, scale, unit in ITEM_METRICS.values()]
+            lines.append(f"| {m} | {r.name.rsplit('-seed', 1)[1]} | " + " | ".join(cells)
+                         + f" | {_wall_clock_minutes(r):.1f} min |")
+    return lines
+
+
 def held_out_table(runs: dict[str, list[Path]], baseline: str = "outcome_grpo") -> list[str]:
     """Each metric pooled over a method's seeds with its 95 % interval over held-out questions (the last
     evaluation; routing accuracy over the questions with at least one search), then each method − the baseline
-    paired by question."""
+    paired by question and across seeds (the per-seed differences of the seeds both have, Student-t interval)."""
     values = {m: {label: merge([item_values(r, fn) for r in rs]) for label, (fn, _, _) in ITEM_METRICS.items()}
               for m, rs in runs.items()}
     lines = ["| method | seeds | " + " | ".join(ITEM_METRICS) + " |", "|---|---|" + "---|" * len(ITEM_METRICS)]
@@ -158,6 +180,16 @@ def held_out_table(runs: dict[str, list[Path]], baseline: str = "outcome_grpo") 
                 cells.append(f"{label} {scale * d.mean:+.{1 if unit else 2}f} ({scale * d.low:+.{1 if unit else 2}f} to "
                              f"{scale * d.high:+.{1 if unit else 2}f}, {d.items} questions)")
             lines.append(f"\n{m} − {baseline}, paired by question: " + "; ".join(cells))
+            seeds = {r.name.rsplit("-seed", 1)[1]: r for r in runs[baseline]}
+            pairs = [(r, seeds[r.name.rsplit("-seed", 1)[1]]) for r in runs[m] if r.name.rsplit("-seed", 1)[1] in seeds]
+            cells = []
+            for label, (fn, _scale, unit) in ITEM_METRICS.items():
+                diffs = [ItemMean.of(item_values(a, fn)).mean - ItemMean.of(item_values(b, fn)).mean for a, b in pairs]
+                diffs = [d for d in diffs if not math.isnan(d)]
+                cells.append(f"{label} {SeedInterval.of(diffs).points()}" if unit else
+                             f"{label} {statistics.fmean(diffs) if diffs else math.nan:+.2f} "
+                             f"(seeds {', '.join(f'{d:+.2f}' for d in diffs)})")
+            lines.append(f"\n{m} − {baseline}, across seeds: " + "; ".join(cells))
     return lines
 
 
@@ -191,7 +223,9 @@ def report(d: Path, png: Path | None) -> str:
     finished = {m: [r for r in rs if (r / "summary.json").exists() and evaluation_steps(r)] for m, rs in runs.items()}
     finished = {m: rs for m, rs in finished.items() if rs}
     if finished:
-        lines += ["", "Held-out, finished runs pooled over seeds (95 % intervals over questions):", "",
+        lines += ["", "Held-out, each finished run (the last evaluation; 95 % intervals over questions):", "",
+                  *per_run_table(finished),
+                  "", "Held-out, finished runs pooled over seeds (95 % intervals over questions):", "",
                   *held_out_table(finished)]
     if png is not None and runs:
         import matplotlib

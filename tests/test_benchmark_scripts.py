@@ -195,6 +195,9 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
     assert "| outcome_grpo | 2 | 50.0% (" in text and "| step_grpo | 2 | 75.0% (" in text
     assert "| 50.0% (-48.0–148.0, 2 items) | 1.00 (1.00–1.00, 2 items) |" in text  # routing 1 and 0; one search each
     assert "step_grpo − outcome_grpo, paired by question: answer accuracy +25.0 (-24.0 to +74.0, 2 questions)" in text
+    # per run: seed 0 of step_grpo answers both questions (100 %), seed 1 one of two; 2 steps of 4 s = 0.1 min
+    assert "| step_grpo | 0 | 100.0% (" in text and "| step_grpo | 1 | 50.0% (" in text and "| 0.1 min |" in text
+    assert "step_grpo − outcome_grpo, across seeds: answer accuracy +25.0 (95% CI" in text and "seeds +50, +0)" in text
     assert png.stat().st_size > 0
     monkeypatch.setattr(sys, "argv", ["step_grpo.py", "run", "cfg.yaml", "--out", str(tmp_path / "x"),
                                       "--methods", "ppo"])
@@ -288,3 +291,39 @@ def test_roofline_benchmark_prints_floors_and_products_only_bounds(tmp_path, mon
     for line in bounds:
         assert all(float(cell.strip().rstrip("%")) > 0 for cell in line.split("|") if cell.strip().endswith("%"))
     assert "| bf16 | generation |" in out and "| bf16 | update |" in out
+
+
+def test_d3s_report_tokens_seconds_and_paired_difference_by_hand(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/d3s.py report: per-run and pooled held-out accuracy with intervals, the paired difference, the
+    level reached in steps / gradient tokens / seconds, and the token and time ratios against GRPO."""
+    import json
+
+    # 4 problems; after training grpo solves problems 0-1, d3s problems 0-2; both start at problem 0 only
+    for method, solved, tokens in (("grpo", {0, 1}, 100.0), ("d3s", {0, 1, 2}, 60.0)):
+        for seed in (0, 1):
+            run = tmp_path / "bench" / f"{method}-seed{seed}"
+            run.mkdir(parents=True)
+            rows = [{"step": s, "grad_tokens": tokens, "generated_tokens": 200.0, "step_seconds": 3.0,
+                     **({"selection/kept_samples_frac": 0.5} if method == "d3s" else {})} for s in (1, 2)]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            for step, good in ((0, {0}), (2, solved)):
+                samples = [{"prompt": f"q{i}", "correct": i in good} for i in range(4)]
+                (run / f"eval_samples_step{step:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples))
+            (run / "summary.json").write_text("{}")
+    png = tmp_path / "d3s.png"
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setattr(sys, "argv", ["d3s.py", "report", str(tmp_path / "bench"), "--png", str(png), "--level", "0.6"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(str(BENCHMARKS / "d3s.py"), run_name="__main__")
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert "| d3s | 0 | 75.0% (30.1–95.4) | 120 | 400 | 0.50 | 6 | step 2 / 120 / 6 s |" in text
+    assert "| grpo | 1 | 50.0% (15.0–85.0) | 200 | 400 | 1.00 | 6 | not reached |" in text
+    assert "| d3s | 2 | 25.0% (" in text and "→ **75.0% (" in text and "2 (120, 6 s) 75.0%" in text
+    assert "- d3s − grpo: paired by problem +25.0 points" in text  # problem rates (1,1,1,0) - (1,1,0,0)
+    assert "across seeds +25.0 (95% CI +25.0 to +25.0; seeds +25, +25)" in text
+    assert "tokens with gradient ×0.60, generated tokens ×1.00, training seconds ×1.00" in text
+    assert png.stat().st_size > 0
+    monkeypatch.setattr(sys, "argv", ["d3s.py", "run", "cfg.yaml", "--out", str(tmp_path / "x"), "--methods", "ppo"])
+    with pytest.raises(SystemExit, match="unknown methods"):
+        runpy.run_path(str(BENCHMARKS / "d3s.py"), run_name="__main__")
