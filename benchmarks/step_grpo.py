@@ -159,6 +159,26 @@ def per_run_table(runs: dict[str, list[Path]]) -> list[str]:
     return lines
 
 
+def knowledge_base_table(runs: dict[str, list[Path]]) -> list[str]:
+    """Per method, the last evaluation's routing accuracy on each knowledge base's questions and the searches on
+    questions that need none (``kb/<name>/...`` of eval.jsonl), mean over seeds with each seed's value: where the
+    routing was learned or lost."""
+    names = sorted({k.split("/")[1] for rs in runs.values() for r in rs for k in _evals(r)[-1]
+                    if k.startswith("kb/") and k.endswith("/routing_accuracy")} - {"none"})
+    cols = [*(f"{n} routing" for n in names), "searches on no-search questions", "unnecessary searches"]
+    keys = [*(f"kb/{n}/routing_accuracy" for n in names), "kb/none/searches_per_question", "unnecessary_search_rate"]
+    lines = ["| method | step | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for m, rs in runs.items():
+        for at in (0, -1):
+            evals = [_evals(r)[at] for r in rs]
+            cells = []
+            for key in keys:
+                vals = [e[key] for e in evals if e.get(key) is not None]
+                cells.append(f"{statistics.fmean(vals):.2f} ({', '.join(f'{v:.2f}' for v in vals)})" if vals else "–")
+            lines.append(f"| {m} | {evals[0]['step']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def held_out_table(runs: dict[str, list[Path]], baseline: str = "outcome_grpo") -> list[str]:
     """Each metric pooled over a method's seeds with its 95 % interval over held-out questions (the last
     evaluation; routing accuracy over the questions with at least one search), then each method − the baseline
@@ -226,7 +246,9 @@ def report(d: Path, png: Path | None) -> str:
         lines += ["", "Held-out, each finished run (the last evaluation; 95 % intervals over questions):", "",
                   *per_run_table(finished),
                   "", "Held-out, finished runs pooled over seeds (95 % intervals over questions):", "",
-                  *held_out_table(finished)]
+                  *held_out_table(finished),
+                  "", "Held-out by knowledge base, before and after (mean over seeds; each seed):", "",
+                  *knowledge_base_table(finished)]
     if png is not None and runs:
         import matplotlib
 

@@ -170,7 +170,9 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
             evals = []
             for step, acc in ((0, 0.1), (2, 0.2 + 0.1 * seed)):
                 e = {"step": step, "answer_accuracy": acc, "searches_per_question": 0.5 if searched else 0.0,
-                     "quiz/answer_accuracy": acc / 2}
+                     "quiz/answer_accuracy": acc / 2, "kb/none/searches_per_question": 0.25 * seed}
+                if searched:
+                    e["kb/tables/routing_accuracy"] = 1.0 - 0.5 * seed
                 if searched:
                     e["routing_accuracy"] = 0.5
                 evals.append(e)
@@ -198,6 +200,8 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
     # per run: seed 0 of step_grpo answers both questions (100 %), seed 1 one of two; 2 steps of 4 s = 0.1 min
     assert "| step_grpo | 0 | 100.0% (" in text and "| step_grpo | 1 | 50.0% (" in text and "| 0.1 min |" in text
     assert "step_grpo − outcome_grpo, across seeds: answer accuracy +25.0 (95% CI" in text and "seeds +50, +0)" in text
+    assert "| step_grpo | 2 | 0.75 (1.00, 0.50) | 0.12 (0.00, 0.25) | – |" in text  # by knowledge base, after
+    assert "| outcome_grpo | 2 | – | 0.12 (0.00, 0.25) | – |" in text
     assert png.stat().st_size > 0
     monkeypatch.setattr(sys, "argv", ["step_grpo.py", "run", "cfg.yaml", "--out", str(tmp_path / "x"),
                                       "--methods", "ppo"])
