@@ -190,6 +190,12 @@ def held_out_table(runs: dict[str, list[Path]], baseline: str = "outcome_grpo") 
         cells = [ItemMean.of(values[m][label]).show(scale, unit, 1 if unit else 2)
                  for label, (_, scale, unit) in ITEM_METRICS.items()]
         lines.append(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
+    for m, rs in runs.items():
+        fn, scale, unit = ITEM_METRICS["answer accuracy"]
+        before = merge([item_values(r, fn, step=evaluation_steps(r)[0]) for r in rs])
+        d = paired_item_difference(values[m]["answer accuracy"], before)
+        lines.append(f"\n{m}, after − before, paired by question: answer accuracy {scale * d.mean:+.1f} "
+                     f"({scale * d.low:+.1f} to {scale * d.high:+.1f}, {d.items} questions)")
     if baseline in values:
         for m in values:
             if m == baseline:

@@ -202,6 +202,8 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
     assert "step_grpo − outcome_grpo, across seeds: answer accuracy +25.0 (95% CI" in text and "seeds +50, +0)" in text
     assert "| step_grpo | 2 | 0.75 (1.00, 0.50) | 0.12 (0.00, 0.25) | – |" in text  # by knowledge base, after
     assert "| outcome_grpo | 2 | – | 0.12 (0.00, 0.25) | – |" in text
+    # one evaluation only: after − before compares it with itself
+    assert "outcome_grpo, after − before, paired by question: answer accuracy +0.0 (+0.0 to +0.0, 2 questions)" in text
     assert png.stat().st_size > 0
     monkeypatch.setattr(sys, "argv", ["step_grpo.py", "run", "cfg.yaml", "--out", str(tmp_path / "x"),
                                       "--methods", "ppo"])
