@@ -19,6 +19,7 @@ from grove.core.losses import PolicyLossInput, PolicyLossOutput
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.distributed.strategies import Strategy
 from grove.distributed.world import World
+from grove.pipeline.downsampling import TokenSelection
 from grove.pipeline.update import (
     Coefficients,
     LossComponents,
@@ -76,7 +77,8 @@ def _parts(loss: str, aggregation: str, skip: bool) -> LossComponents:
     )
 
 
-def _train(model, batches: list[RolloutBatch], parts: LossComponents, micro: int = 2, strategy=None):
+def _train(model, batches: list[RolloutBatch], parts: LossComponents, micro: int = 2, strategy=None,
+           coefs: Coefficients | None = None):
     """AdamW steps (weight decay on) from the model's current weights, one per batch; returns the weights after
     them and each step's metrics; the model is restored. AdamW's ``eps`` is large so that its update stays smooth in
     the gradient: with ``1e-8`` a gradient element that is zero up to rounding becomes a ±lr step either way."""
@@ -85,7 +87,7 @@ def _train(model, batches: list[RolloutBatch], parts: LossComponents, micro: int
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     metrics = [
         policy_update(model, opt, sched, b, parts, UpdateSchedule(1, 1, micro, 1.0), torch.Generator(),
-                      Coefficients(), strategy)
+                      coefs or Coefficients(), strategy)
         for b in batches
     ]
     after = {k: v.clone() for k, v in model.state_dict().items()}
@@ -116,6 +118,27 @@ def test_leaving_zero_advantage_samples_out_changes_no_update(policy, batch, los
     assert computed[1][0]["zero_advantage_samples_skipped"] == 0
     assert skipped[1][0]["zero_advantage_samples_skipped"] == 4  # the first group and the sample without loss tokens
     assert skipped[1][0]["trained_tokens"] < computed[1][0]["trained_tokens"]
+
+
+@pytest.mark.parametrize("aggregation", SKIPPABLE_AGGREGATIONS)
+def test_the_skip_under_per_completion_token_selection_changes_no_update(policy, batch, aggregation):
+    """D^3S token selection within each completion: a left-out sample's kept tokens still count in the loss scale
+    and in the gradient-token count, with a zero gradient; the kept fraction is over every sample's tokens."""
+    model, _ = policy
+    coefs = Coefficients(token_keep_ratio=0.5)
+    parts = dataclasses.replace(_parts("ppo_clip", aggregation, skip=False), token_selection=TokenSelection("sequence"))
+    computed = _train(model, [batch], parts, coefs=coefs)
+    skipped = _train(model, [batch], dataclasses.replace(parts, skip_zero_advantage=True), coefs=coefs)
+    _assert_same_update(skipped, computed)
+    assert skipped[1][0]["zero_advantage_samples_skipped"] == 4 and computed[1][0]["zero_advantage_samples_skipped"] == 0
+    assert skipped[1][0]["trained_tokens"] < computed[1][0]["trained_tokens"]
+    kept = sum(math.ceil(0.5 * n) for n in batch.loss_mask.sum(1).tolist())
+    assert computed[1][0]["grad_tokens"] == skipped[1][0]["grad_tokens"] == kept
+    frac = kept / float(batch.loss_mask.sum())
+    assert computed[1][0]["selection/kept_tokens_frac"] == pytest.approx(frac)
+    assert skipped[1][0]["selection/kept_tokens_frac"] == pytest.approx(frac)
+    across = dataclasses.replace(parts, skip_zero_advantage=True, token_selection=TokenSelection("micro_batch"))
+    assert _train(model, [batch], across, coefs=coefs)[1][0]["zero_advantage_samples_skipped"] == 0  # ranks them together
 
 
 def test_the_skipped_samples_are_not_computed(policy, batch):
@@ -175,12 +198,16 @@ def test_the_skip_applies_only_where_it_is_exact():
         (["algorithm.kl.coef=0.1"], "algorithm.kl"),  # the KL term has a gradient whatever the advantage
         (["algorithm.entropy.coef=0.01"], "algorithm.entropy"),
         (["algorithm.entropy={coef: 0.0, target: 0.5}"], "algorithm.entropy"),  # the controller reads the entropy
-        (["selection={tokens: {scope: sequence, ratio: 0.5}}"], "selection.tokens"),
+        (["selection={tokens: {scope: micro_batch, ratio: 0.5}}"], "selection.tokens.scope"),
+        (["selection={tokens: {scope: batch, ratio: 0.5}}"], "selection.tokens.scope"),
     ):
         cfg = load_config(None, overrides)
         assert reason in (zero_advantage_skip_blocker(cfg) or ""), overrides
         assert not resolve_loss_components(cfg).skip_zero_advantage
     assert zero_advantage_skip_blocker(load_config(None, ["algorithm.kl={coef: 0.1, placement: reward}"])) is None
+    # D^3S as examples/arithmetic.yaml runs it (no KL in the loss, tokens ranked within each completion)
+    d3s = load_config("examples/arithmetic.yaml", ["selection={tokens: {scope: sequence, ratio: 0.5}}"])
+    assert zero_advantage_skip_blocker(d3s) is None and resolve_loss_components(d3s).skip_zero_advantage
 
 
 def test_config_show_says_whether_the_skip_applies():

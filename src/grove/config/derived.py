@@ -49,8 +49,10 @@ def zero_advantage_skip_blocker(cfg: GroveConfig) -> str | None:
     Leaving zero-advantage samples out of the update must change no gradient and no input of a controller: the
     policy loss and the aggregation must declare it (``zero_advantage_rows_skippable``: row-local and vanishing with
     the advantage; a sum of per-row terms over global counts), there must be no KL term in the loss, no entropy bonus
-    or entropy target (whose controller reads the update's entropy), and no D^3S token selection (which ranks the
-    tokens of a micro-batch). ``grove config show`` prints the answer."""
+    or entropy target (whose controller reads the update's entropy), and no D^3S token selection across several
+    samples (scopes ``micro_batch`` and ``batch`` rank their tokens together; scope ``sequence`` ranks within each
+    completion, keeps a count known before the forward, and a zero-advantage sample's kept tokens have a zero
+    gradient). ``grove config show`` prints the answer."""
     from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES
 
     a = cfg.algorithm
@@ -64,6 +66,7 @@ def zero_advantage_skip_blocker(cfg: GroveConfig) -> str | None:
         return "the KL term in the loss has a gradient whatever the advantage (algorithm.kl)"
     if a.entropy.coef != 0 or a.entropy.target is not None:
         return "an entropy bonus or target reads every sample's entropy (algorithm.entropy)"
-    if cfg.selection.tokens is not None:
-        return "D^3S token selection ranks the tokens of a micro-batch (selection.tokens)"
+    if cfg.selection.tokens is not None and cfg.selection.tokens.scope != "sequence":
+        return (f"D^3S token selection with scope {cfg.selection.tokens.scope!r} ranks the tokens of several samples "
+                "together (selection.tokens.scope: sequence ranks within each completion and allows the skip)")
     return None

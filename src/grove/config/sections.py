@@ -206,7 +206,8 @@ class TrainConfig(Section):
         "reward) out of the update's forward and backward: their policy-gradient term is exactly zero, so the "
         "gradients and the optimizer step are unchanged. Applies only where that is exact: a policy loss and an "
         "aggregation that declare it (every built-in except clip_cov, kl_cov and micro_token_mean), no KL term in the "
-        "loss, no entropy bonus or entropy target, no D^3S token selection. Per-token statistics (entropy, clip "
+        "loss, no entropy bonus or entropy target, D^3S token selection only within each completion (selection.tokens."
+        "scope: sequence). Per-token statistics (entropy, clip "
         "fractions, log-prob mismatch) are then averaged over the samples computed; `zero_advantage_samples_skipped` "
         "counts the others. false: compute every sample.",
     )

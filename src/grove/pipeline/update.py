@@ -221,7 +221,18 @@ def samples_with_signal(mini: RolloutBatch) -> Tensor:
 
 
 def _skipping(parts: LossComponents, coefs: Coefficients) -> bool:
-    return parts.skip_zero_advantage and coefs.entropy == 0 and not _selects_tokens(parts, coefs)
+    """Whether samples without signal are left out: token selection within each completion (scope ``sequence``)
+    keeps a count known before the forward and gives a zero-advantage sample's kept tokens a zero gradient, so it
+    allows the skip; selection across several samples (``micro_batch``, ``batch``) would rank without them."""
+    per_sequence = not _selects_tokens(parts, coefs) or parts.token_selection.scope == "sequence"
+    return parts.skip_zero_advantage and coefs.entropy == 0 and per_sequence
+
+
+def _loss_token_count(mask: Tensor, parts: LossComponents, coefs: Coefficients) -> float:
+    """How many of ``mask``'s tokens are in the loss after the in-loss token selection (known before the forward)."""
+    if _selects_in_loss(parts, coefs):
+        return selected_token_count(mask, parts.token_selection, coefs.token_keep_ratio)
+    return float(mask.sum())
 
 
 def loss_statistic_names(parts: LossComponents) -> list[str]:
@@ -350,6 +361,7 @@ def policy_update(
     mismatch_tokens = 0.0
     grad_tokens = 0.0
     signal_tokens = 0.0
+    candidate_tokens = 0.0  # loss tokens before token selection, of computed and left-out samples
     skipped = 0
     zero_advantage_skipped = 0
     for epoch in range(schedule.ppo_epochs):
@@ -365,7 +377,9 @@ def policy_update(
                 mini = mini.replace(
                     loss_mask=_batch_token_mask(model, mini, micro_indices, parts, coefs.token_keep_ratio, world)
                 )
-            scale = _global_scale(mini, micro_indices[:real], parts, coefs, world)
+            computed_or_left_out = [*micro_indices[:real], *([left_out] if len(left_out) else [])]
+            scale = _global_scale(mini, computed_or_left_out, parts, coefs, world)
+            candidate_tokens += float(candidates.sum())
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
             offending: list[int] = []  # trajectories of micro-batches whose loss is not finite
@@ -397,7 +411,7 @@ def policy_update(
                         mismatch_max = max(mismatch_max, float(mismatch.max()) if mismatch.numel() else 0.0)
                         mismatch_sum += float(mismatch.sum())
                         mismatch_tokens += float(mb.loss_mask.sum())
-            grad_tokens += float(mini.loss_mask[left_out].sum())  # in the loss, with a zero gradient
+            grad_tokens += _loss_token_count(mini.loss_mask[left_out], parts, coefs)  # in the loss, zero gradient
             if not micro_indices:  # no sample of any rank has a signal: the gradient is zero, the optimizer still steps
                 for p in params:
                     p.grad = torch.zeros_like(p)
@@ -421,8 +435,9 @@ def policy_update(
     if world.distributed:  # the run's numbers, not this rank's: sums over ranks, the largest mismatch
         token_stats = token_stats.summed_over(world)
         losses = world.sum_floats(losses, "update: metrics")
-        mismatch_sum, mismatch_tokens, grad_tokens, signal_tokens, zero_advantage_skipped = world.sum_floats(
-            [mismatch_sum, mismatch_tokens, grad_tokens, signal_tokens, float(zero_advantage_skipped)], "update: metrics"
+        mismatch_sum, mismatch_tokens, grad_tokens, signal_tokens, candidate_tokens, zero_advantage_skipped = (
+            world.sum_floats([mismatch_sum, mismatch_tokens, grad_tokens, signal_tokens, candidate_tokens,
+                              float(zero_advantage_skipped)], "update: metrics")
         )
         mismatch_max = max(world.gather_objects(mismatch_max, "update: metrics"))
     means = token_stats.means()
@@ -444,7 +459,7 @@ def policy_update(
     }
     if _selects_tokens(parts, coefs):
         metrics["selection/token_keep_ratio"] = coefs.token_keep_ratio
-        metrics["selection/kept_tokens_frac"] = grad_tokens / max(token_stats.tokens, 1.0)
+        metrics["selection/kept_tokens_frac"] = grad_tokens / max(candidate_tokens, 1.0)
     if "kl" in means:
         metrics["kl"] = means.pop("kl")
     metrics.update({f"{k}_frac" if k.startswith(("clip", "dual")) else k: v for k, v in means.items()})
