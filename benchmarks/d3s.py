@@ -20,8 +20,11 @@ config's and the same for all):
   everything at the last step (docs/algorithms-selection.md);
 * ``dapo`` / ``dapo_d3s``: the ``dapo`` preset without and with the same selection block.
 
-"Tokens that received gradient" is the metrics' ``grad_tokens`` summed over steps (D^3S's token selection and its
-dropped rollouts both lower it); "training seconds" is ``step_seconds`` summed (evaluations excluded).
+"Tokens that received gradient" is the metrics' ``grad_tokens_with_signal`` summed over steps: loss tokens with a
+non-zero advantage after both selections (a zero-advantage token is in the loss with a zero gradient; D^3S's dropped
+rollouts and unselected tokens lower the count). "Computed tokens" is ``trained_tokens``, the loss tokens the update
+ran forward and backward (samples without signal are left out, ``train.skip_zero_advantage``). "Training seconds"
+is ``step_seconds`` summed (evaluations excluded).
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def cumulative(run: Path) -> dict[int, dict[str, float]]:
     """Per step: tokens that received gradient and training seconds so far (step 0: nothing yet)."""
     out, tokens, seconds = {0: {"tokens": 0.0, "seconds": 0.0}}, 0.0, 0.0
     for m in _rows(run / "metrics.jsonl"):
-        tokens += m.get("grad_tokens", 0.0)
+        tokens += m.get("grad_tokens_with_signal", 0.0)
         seconds += m.get("step_seconds", 0.0)
         out[m["step"]] = {"tokens": tokens, "seconds": seconds}
     return out
@@ -93,11 +96,12 @@ def first_reaching(run: Path, level: float) -> tuple[int, float, float] | None:
     return None
 
 
-def _totals(run: Path) -> tuple[float, float, float, float]:
-    """Gradient tokens, generated tokens, training seconds and the mean kept fraction of rollouts over the run."""
+def _totals(run: Path) -> tuple[float, float, float, float, float]:
+    """Tokens that received gradient, computed tokens, generated tokens, training seconds and the mean kept
+    fraction of rollouts over the run."""
     rows = _rows(run / "metrics.jsonl")
-    return (sum(m.get("grad_tokens", 0.0) for m in rows), sum(m.get("generated_tokens", 0.0) for m in rows),
-            sum(m.get("step_seconds", 0.0) for m in rows),
+    return (sum(m.get("grad_tokens_with_signal", 0.0) for m in rows), sum(m.get("trained_tokens", 0.0) for m in rows),
+            sum(m.get("generated_tokens", 0.0) for m in rows), sum(m.get("step_seconds", 0.0) for m in rows),
             statistics.fmean(m.get("selection/kept_samples_frac", 1.0) for m in rows))
 
 
@@ -109,18 +113,18 @@ def report(out: Path, level: float) -> str:
         f"Per run (the last evaluation, greedy, Wilson interval over the problems; the first evaluation with held-out "
         f"accuracy ≥ {100 * level:.0f} %: step / tokens that received gradient / training seconds)",
         "",
-        "| method | seed | held-out accuracy | tokens with gradient | generated tokens | kept rollouts | training s | "
-        "reached level at |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | seed | held-out accuracy | tokens that received gradient | computed tokens | generated tokens | "
+        "kept rollouts | training s | reached level at |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for method, rs in runs.items():
         for r, ev in zip(rs, last[method], strict=True):
             acc, low, high = greedy_interval(ev)
-            grad, generated, seconds, kept = _totals(r)
+            grad, computed, generated, seconds, kept = _totals(r)
             hit = first_reaching(r, level)
             lines.append(
                 f"| {method} | {r.name.rsplit('-seed', 1)[1]} | {100 * acc:.1f}% ({100 * low:.1f}–{100 * high:.1f}) | "
-                f"{grad:,.0f} | {generated:,.0f} | {kept:.2f} | {seconds:.0f} | "
+                f"{grad:,.0f} | {computed:,.0f} | {generated:,.0f} | {kept:.2f} | {seconds:.0f} | "
                 + (f"step {hit[0]} / {hit[1]:,.0f} / {hit[2]:.0f} s |" if hit else "not reached |")
             )
     lines += [
@@ -153,11 +157,11 @@ def report(out: Path, level: float) -> str:
                                     for a, b in zip(last[method], last[base], strict=False)])
         mine = [_totals(r) for r in runs[method]]
         theirs = [_totals(r) for r in runs[base]]
-        ratio = [statistics.fmean(x[i] for x in mine) / statistics.fmean(x[i] for x in theirs) for i in (0, 1, 2)]
+        ratio = [statistics.fmean(x[i] for x in mine) / statistics.fmean(x[i] for x in theirs) for i in (0, 1, 2, 3)]
         lines.append(
             f"- {method} − {base}: paired by problem {paired_difference(last[method], last[base], 'greedy')}; "
-            f"across seeds {per_seed.points()}; tokens with gradient ×{ratio[0]:.2f}, generated tokens "
-            f"×{ratio[1]:.2f}, training seconds ×{ratio[2]:.2f}"
+            f"across seeds {per_seed.points()}; tokens that received gradient ×{ratio[0]:.2f}, computed tokens "
+            f"×{ratio[1]:.2f}, generated tokens ×{ratio[2]:.2f}, training seconds ×{ratio[3]:.2f}"
         )
     return "\n".join(lines)
 

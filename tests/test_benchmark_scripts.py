@@ -309,7 +309,8 @@ def test_d3s_report_tokens_seconds_and_paired_difference_by_hand(tmp_path, monke
         for seed in (0, 1):
             run = tmp_path / "bench" / f"{method}-seed{seed}"
             run.mkdir(parents=True)
-            rows = [{"step": s, "grad_tokens": tokens, "generated_tokens": 200.0, "step_seconds": 3.0,
+            rows = [{"step": s, "grad_tokens_with_signal": tokens, "trained_tokens": 150.0, "generated_tokens": 200.0,
+                     "step_seconds": 3.0,
                      **({"selection/kept_samples_frac": 0.5} if method == "d3s" else {})} for s in (1, 2)]
             (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
             for step, good in ((0, {0}), (2, solved)):
@@ -323,12 +324,12 @@ def test_d3s_report_tokens_seconds_and_paired_difference_by_hand(tmp_path, monke
         runpy.run_path(str(BENCHMARKS / "d3s.py"), run_name="__main__")
     assert e.value.code == 0
     text = capsys.readouterr().out
-    assert "| d3s | 0 | 75.0% (30.1–95.4) | 120 | 400 | 0.50 | 6 | step 2 / 120 / 6 s |" in text
-    assert "| grpo | 1 | 50.0% (15.0–85.0) | 200 | 400 | 1.00 | 6 | not reached |" in text
+    assert "| d3s | 0 | 75.0% (30.1–95.4) | 120 | 300 | 400 | 0.50 | 6 | step 2 / 120 / 6 s |" in text
+    assert "| grpo | 1 | 50.0% (15.0–85.0) | 200 | 300 | 400 | 1.00 | 6 | not reached |" in text
     assert "| d3s | 2 | 25.0% (" in text and "→ **75.0% (" in text and "2 (120, 6 s) 75.0%" in text
     assert "- d3s − grpo: paired by problem +25.0 points" in text  # problem rates (1,1,1,0) - (1,1,0,0)
     assert "across seeds +25.0 (95% CI +25.0 to +25.0; seeds +25, +25)" in text
-    assert "tokens with gradient ×0.60, generated tokens ×1.00, training seconds ×1.00" in text
+    assert "tokens that received gradient ×0.60, computed tokens ×1.00, generated tokens ×1.00, training seconds ×1.00" in text
     assert png.stat().st_size > 0
     monkeypatch.setattr(sys, "argv", ["d3s.py", "run", "cfg.yaml", "--out", str(tmp_path / "x"), "--methods", "ppo"])
     with pytest.raises(SystemExit, match="unknown methods"):
