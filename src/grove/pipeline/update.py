@@ -191,20 +191,19 @@ def _device(model: torch.nn.Module) -> torch.device:
 def _global_scale(
     mini: RolloutBatch, micro_indices: list[Tensor], parts: LossComponents, coefs: Coefficients, world: World
 ) -> AggregationScale:
-    """The mini-batch's aggregation scale with counts summed over all ranks (the single-process values)."""
+    """The mini-batch's aggregation scale with counts summed over all ranks (the single-process values). Every
+    sample counts, computed or left out for lack of signal: token selection within each completion keeps a count
+    per row; across a micro-batch (never skipping) a count per micro-batch of ``micro_indices``."""
     local = AggregationScale.from_mask(mini.loss_mask, parts.max_response_length, sequence_count=parts.sequence_count)
-    tokens = float(mini.loss_mask.sum())
     sequences = local.rows(mini.loss_mask)
-    kept = tokens
-    if _selects_in_loss(parts, coefs):  # normalise by the tokens that will really be in the loss
-        kept = sum(
-            selected_token_count(mini.loss_mask[i], parts.token_selection, coefs.token_keep_ratio)
-            for i in micro_indices
-        )
-    tokens, sequences, kept = world.sum_floats([tokens, sequences, kept], "update: loss scale")
+    if _selects_in_loss(parts, coefs) and parts.token_selection.scope == "micro_batch":
+        kept = sum(_loss_token_count(mini.loss_mask[i], parts, coefs) for i in micro_indices)
+    else:  # normalise by the tokens that will really be in the loss
+        kept = _loss_token_count(mini.loss_mask, parts, coefs)
+    sequences, kept = world.sum_floats([sequences, kept], "update: loss scale")
     return dataclasses.replace(
         local,
-        num_tokens=max(kept if _selects_in_loss(parts, coefs) else tokens, 1.0),
+        num_tokens=max(kept, 1.0),  # the loss tokens, after any in-loss token selection
         num_sequences=max(sequences, 1.0),
     )
 
@@ -377,8 +376,7 @@ def policy_update(
                 mini = mini.replace(
                     loss_mask=_batch_token_mask(model, mini, micro_indices, parts, coefs.token_keep_ratio, world)
                 )
-            computed_or_left_out = [*micro_indices[:real], *([left_out] if len(left_out) else [])]
-            scale = _global_scale(mini, computed_or_left_out, parts, coefs, world)
+            scale = _global_scale(mini, micro_indices[:real], parts, coefs, world)
             candidate_tokens += float(candidates.sum())
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
