@@ -44,7 +44,16 @@ from held_out import (
     percent,
     pooled,
 )
-from seeded_runs import add_run_command, comparison_parser, save_figure, train_alternated
+from seeded_runs import (
+    add_run_command,
+    comparison_parser,
+    finished,
+    read_jsonl,
+    runs_by_variant,
+    save_figure,
+    seed_of,
+    train_alternated,
+)
 
 from grove.config.presets import PRESETS
 
@@ -59,23 +68,14 @@ METHODS = {
 BASELINE = {"d3s": "grpo", "dapo_d3s": "dapo"}
 
 
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
-def runs_by_method(out: Path) -> dict[str, list[Path]]:
-    """The finished runs under ``out`` (``<method>-seed<seed>`` with a summary and evaluation samples), by method."""
-    runs: dict[str, list[Path]] = {}
-    for run_dir in sorted(out.iterdir()):
-        if "-seed" in run_dir.name and (run_dir / "summary.json").exists() and evaluation_steps(run_dir):
-            runs.setdefault(run_dir.name.rsplit("-seed", 1)[0], []).append(run_dir)
-    return runs
+def _evaluated(run_dir: Path) -> bool:
+    return finished(run_dir) and bool(evaluation_steps(run_dir))
 
 
 def cumulative(run: Path) -> dict[int, dict[str, float]]:
     """Per step: tokens that received gradient and training seconds so far (step 0: nothing yet)."""
     out, tokens, seconds = {0: {"tokens": 0.0, "seconds": 0.0}}, 0.0, 0.0
-    for m in _rows(run / "metrics.jsonl"):
+    for m in read_jsonl(run / "metrics.jsonl"):
         tokens += m.get("grad_tokens_with_signal", 0.0)
         seconds += m.get("step_seconds", 0.0)
         out[m["step"]] = {"tokens": tokens, "seconds": seconds}
@@ -99,14 +99,14 @@ def first_reaching(run: Path, level: float) -> tuple[int, float, float] | None:
 def _totals(run: Path) -> tuple[float, float, float, float, float]:
     """Tokens that received gradient, computed tokens, generated tokens, training seconds and the mean kept
     fraction of rollouts over the run."""
-    rows = _rows(run / "metrics.jsonl")
+    rows = read_jsonl(run / "metrics.jsonl")
     return (sum(m.get("grad_tokens_with_signal", 0.0) for m in rows), sum(m.get("trained_tokens", 0.0) for m in rows),
             sum(m.get("generated_tokens", 0.0) for m in rows), sum(m.get("step_seconds", 0.0) for m in rows),
             statistics.fmean(m.get("selection/kept_samples_frac", 1.0) for m in rows))
 
 
 def report(out: Path, level: float) -> str:
-    runs = runs_by_method(out)
+    runs = runs_by_variant(out, _evaluated)
     first = {m: [held_out(r, evaluation_steps(r)[0]) for r in rs] for m, rs in runs.items()}
     last = {m: [held_out(r) for r in rs] for m, rs in runs.items()}
     lines = [
@@ -123,7 +123,7 @@ def report(out: Path, level: float) -> str:
             grad, computed, generated, seconds, kept = _totals(r)
             hit = first_reaching(r, level)
             lines.append(
-                f"| {method} | {r.name.rsplit('-seed', 1)[1]} | {100 * acc:.1f}% ({100 * low:.1f}–{100 * high:.1f}) | "
+                f"| {method} | {seed_of(r)} | {100 * acc:.1f}% ({100 * low:.1f}–{100 * high:.1f}) | "
                 f"{grad:,.0f} | {computed:,.0f} | {generated:,.0f} | {kept:.2f} | {seconds:.0f} | "
                 + (f"step {hit[0]} / {hit[1]:,.0f} / {hit[2]:.0f} s |" if hit else "not reached |")
             )
@@ -175,7 +175,7 @@ def plot(out: Path, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
-    for method, rs in runs_by_method(out).items():
+    for method, rs in runs_by_variant(out, _evaluated).items():
         curves = [curve(r) for r in rs]
         steps = sorted(set.intersection(*({c[0] for c in cv} for cv in curves)))
         at = [[next(c for c in cv if c[0] == s) for cv in curves] for s in steps]
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"unknown methods {unknown}; choose from {sorted(METHODS)}")
         train_alternated(args.config, args.out, args.seeds, {m: METHODS[m] for m in args.methods}, args.overrides)
         return 0
-    if not runs_by_method(args.out):
+    if not runs_by_variant(args.out, _evaluated):
         print(f"no finished runs with evaluation samples under {args.out}", file=sys.stderr)
         return 1
     print(report(args.out, args.level))

@@ -44,7 +44,10 @@ from seeded_runs import (
     add_calibrate_command,
     add_run_command,
     comparison_parser,
+    read_jsonl,
+    runs_by_variant,
     save_figure,
+    seed_of,
     train_alternated,
 )
 
@@ -87,18 +90,6 @@ def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides:
     train_alternated(config, out, seeds, variants, overrides)
 
 
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def _runs_by_method(d: Path) -> dict[str, list[Path]]:
-    runs: dict[str, list[Path]] = {}
-    for r in sorted(d.glob("*-seed*"), key=lambda p: (p.name.rsplit("-seed", 1)[0], int(p.name.rsplit("-seed", 1)[1]))):
-        if (r / "metrics.jsonl").exists():
-            runs.setdefault(r.name.rsplit("-seed", 1)[0], []).append(r)
-    return runs
-
-
 def training_table(name: str, runs: dict[str, list[Path]]) -> list[str]:
     """Training-time success (first and last 5 steps), held-out accuracy before → after, speed, turns, invalid."""
     lines = [
@@ -109,13 +100,13 @@ def training_table(name: str, runs: dict[str, list[Path]]) -> list[str]:
     for method, rs in runs.items():
         firsts, lasts, before, after, secs, turns, invalid = [], [], [], [], [], [], []
         for r in rs:
-            rows = _rows(r / "metrics.jsonl")
+            rows = read_jsonl(r / "metrics.jsonl")
             firsts.append(statistics.mean(x["success_rate"] for x in rows[:5]))
             lasts.append(statistics.mean(x["success_rate"] for x in rows[-5:]))
             turns.append(statistics.mean(x["turns_per_episode"] for x in rows[-5:]))
             invalid.append(statistics.mean(x["invalid_action_rate"] for x in rows[-5:]))
             secs.append(statistics.median(x["step_seconds"] for x in rows))
-            evals = _rows(r / "eval.jsonl")
+            evals = read_jsonl(r / "eval.jsonl")
             before.append(evals[0]["accuracy"])
             after.append(evals[-1]["accuracy"])
 
@@ -148,13 +139,13 @@ def _first_step_at(run: Path, level: float) -> int | None:
 
 def _speed(run: Path) -> tuple[float, float, float]:
     """Mean s/step, mean s/step over the steps with a gradient, and the run's wall clock in minutes."""
-    rows = _rows(run / "metrics.jsonl")
+    rows = read_jsonl(run / "metrics.jsonl")
     with_gradient = [x["step_seconds"] for x in rows if x.get("trained_tokens", 1) > 0] or [math.nan]
     return statistics.mean(x["step_seconds"] for x in rows), statistics.mean(with_gradient), rows[-1]["elapsed_seconds"] / 60
 
 
 def _held_out_invalid(run: Path) -> float:
-    last = _rows(run / "eval.jsonl")[-1]
+    last = read_jsonl(run / "eval.jsonl")[-1]
     return last.get("sampled/invalid_action_rate", last.get("invalid_action_rate", math.nan))
 
 
@@ -179,7 +170,7 @@ def held_out_tables(name: str, runs: dict[str, list[Path]], level: float, baseli
             mean_s, grad_s, minutes = _speed(r)
             reached = _first_step_at(r, level)
             lines.append(
-                f"| {method} | {r.name.rsplit('-seed', 1)[1]} | {100 * g:.0f}% ({100 * lo:.0f}–{100 * hi:.0f}) | "
+                f"| {method} | {seed_of(r)} | {100 * g:.0f}% ({100 * lo:.0f}–{100 * hi:.0f}) | "
                 f"{percent(sampled) if sampled else '—'} | {f'{100 * sampled.pass_at[k]:.0f}% (k={k})' if k else '—'} | "
                 f"{100 * _held_out_invalid(r):.1f}% | {reached if reached is not None else 'not reached'} | "
                 f"{mean_s:.1f} ({grad_s:.1f}) | {minutes:.1f} min |"
@@ -230,7 +221,7 @@ def report(dirs: list[Path], png: Path | None, level: float = 0.45, baseline: st
     lines: list[str] = []
     panels = []
     for d in dirs:
-        runs = _runs_by_method(d)
+        runs = runs_by_variant(d, lambda r: (r / "metrics.jsonl").exists())
         panels.append((d.name, runs))
         lines += training_table(d.name, runs)
         if runs and all(evaluation_steps(r) for rs in runs.values() for r in rs):
@@ -260,11 +251,11 @@ def _plot(panels: list[tuple[str, dict[str, list[Path]]]], png: Path) -> None:
                 reports = [pooled(e, mode) for e in evs]
                 mean = [x.accuracy for x in reports]
                 lo, hi = [x.ci_low for x in reports], [x.ci_high for x in reports]
-                elapsed = {r: {x["step"]: x["elapsed_seconds"] for x in _rows(r / "metrics.jsonl")} for r in rs}
+                elapsed = {r: {x["step"]: x["elapsed_seconds"] for x in read_jsonl(r / "metrics.jsonl")} for r in rs}
                 secs = [statistics.mean(elapsed[r].get(s, 0.0) for r in rs) for s in steps]
                 label = f"{method} ({mode}, {len(rs)} seeds pooled)"
             else:
-                rows = [_rows(r / "metrics.jsonl") for r in rs]
+                rows = [read_jsonl(r / "metrics.jsonl") for r in rs]
                 n = min(len(x) for x in rows)
                 steps = [x["step"] for x in rows[0][:n]]
                 values = [[x[i]["success_rate"] for x in rows] for i in range(n)]

@@ -21,13 +21,20 @@ held-out means), so ``grove plot`` works on each.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 
 from held_out import ItemMean, evaluation_steps, item_values, merge, paired_item_difference
-from seeded_runs import add_run_command, comparison_parser, train_alternated
+from seeded_runs import (
+    add_run_command,
+    comparison_parser,
+    finished,
+    read_jsonl,
+    runs_by_variant,
+    seed_of,
+    train_alternated,
+)
 
 ESTIMATOR = {"sum_then_normalize": "grpo", "normalize_then_sum": "score_as_advantage", "variance_weighted": "grpo"}
 
@@ -41,19 +48,9 @@ def run(config: str, out: Path, seeds: list[int], aggregators: list[str], overri
     train_alternated(config, out, seeds, variants, overrides)
 
 
-def _read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
 def collect(out: Path, log: str = "eval.jsonl") -> dict[str, dict[int, list[dict]]]:
     """``{aggregator: {seed: records of log}}`` of the finished runs under ``out``."""
-    runs: dict[str, dict[int, list[dict]]] = {}
-    for run_dir in sorted(out.iterdir()):
-        if not (run_dir / "summary.json").exists() or "-seed" not in run_dir.name:
-            continue
-        aggregator, seed = run_dir.name.rsplit("-seed", 1)
-        runs.setdefault(aggregator, {})[int(seed)] = _read(run_dir / log)
-    return runs
+    return {a: {seed_of(r): read_jsonl(r / log) for r in rs} for a, rs in runs_by_variant(out).items()}
 
 
 def share_table(metrics: dict[str, dict[int, list[dict]]], objectives: list[str]) -> str:
@@ -115,10 +112,7 @@ def held_out_table(out: Path, objectives: list[str], baseline: str = "sum_then_n
     """Each objective's held-out mean after training, pooled over an aggregator's seeds, with the 95 % interval over
     held-out prompts (from the last evaluation's samples), and each aggregator − the baseline paired by prompt: an
     objective whose difference lies below zero is the one an aggregator sacrifices."""
-    runs: dict[str, list[Path]] = {}
-    for run_dir in sorted(out.iterdir()):
-        if (run_dir / "summary.json").exists() and "-seed" in run_dir.name and evaluation_steps(run_dir):
-            runs.setdefault(run_dir.name.rsplit("-seed", 1)[0], []).append(run_dir)
+    runs = runs_by_variant(out, lambda r: finished(r) and bool(evaluation_steps(r)))
     if not runs:
         return ""
     values = {

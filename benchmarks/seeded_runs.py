@@ -7,10 +7,35 @@ present) is skipped and an interrupted one resumed, so a comparison can be stopp
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines log of a run (none when the file is absent)."""
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether ``run_dir``'s training ended (it wrote ``summary.json``)."""
+    return (run_dir / "summary.json").exists()
+
+
+def seed_of(run_dir: Path) -> int:
+    """The seed of ``OUT/<variant>-seed<seed>``."""
+    return int(run_dir.name.rsplit("-seed", 1)[1])
+
+
+def runs_by_variant(out: Path, keep: Callable[[Path], bool] = finished) -> dict[str, list[Path]]:
+    """The run directories ``OUT/<variant>-seed<seed>`` that ``keep`` accepts, by variant, each in seed order."""
+    runs: dict[str, list[Path]] = {}
+    for run_dir in sorted(out.glob("*-seed*"), key=lambda r: (r.name.rsplit("-seed", 1)[0], seed_of(r))):
+        if run_dir.is_dir() and keep(run_dir):
+            runs.setdefault(run_dir.name.rsplit("-seed", 1)[0], []).append(run_dir)
+    return runs
 
 
 def comparison_parser(doc: str | None) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
@@ -53,7 +78,7 @@ def train_alternated(
     for seed in seeds:
         for name, settings in variants.items():
             run_dir = out / f"{name}-seed{seed}"
-            if (run_dir / "summary.json").exists():
+            if finished(run_dir):
                 print(f"skip {run_dir} (done)", flush=True)
                 continue
             args = [sys.executable, "-m", "grove.cli", "train", config, "--set", f"seed={seed}"]

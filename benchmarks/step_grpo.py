@@ -39,7 +39,11 @@ from seeded_runs import (
     add_calibrate_command,
     add_run_command,
     comparison_parser,
+    finished,
+    read_jsonl,
+    runs_by_variant,
     save_figure,
+    seed_of,
     train_alternated,
 )
 
@@ -105,16 +109,7 @@ def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides:
 
 
 def _evals(run_dir: Path) -> list[dict]:
-    path = run_dir / "eval.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def _runs(d: Path) -> dict[str, list[Path]]:
-    runs: dict[str, list[Path]] = {}
-    for r in sorted(d.glob("*-seed*")):
-        if (r / "metrics.jsonl").exists() and _evals(r):
-            runs.setdefault(r.name.rsplit("-seed", 1)[0], []).append(r)
-    return runs
+    return read_jsonl(run_dir / "eval.jsonl")
 
 
 def _fmt(xs: list[float], scale: float = 100.0, unit: str = "%") -> str:
@@ -139,7 +134,7 @@ ITEM_METRICS = {
 
 
 def _wall_clock_minutes(run_dir: Path) -> float:
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rows = read_jsonl(run_dir / "metrics.jsonl")
     if not rows:
         return math.nan
     return rows[-1].get("elapsed_seconds", sum(r.get("step_seconds", 0.0) for r in rows)) / 60
@@ -154,7 +149,7 @@ def per_run_table(runs: dict[str, list[Path]]) -> list[str]:
         for r in rs:
             cells = [ItemMean.of(item_values(r, fn)).show(scale, unit, 1 if unit else 2)
                      for fn, scale, unit in ITEM_METRICS.values()]
-            lines.append(f"| {m} | {r.name.rsplit('-seed', 1)[1]} | " + " | ".join(cells)
+            lines.append(f"| {m} | {seed_of(r)} | " + " | ".join(cells)
                          + f" | {_wall_clock_minutes(r):.1f} min |")
     return lines
 
@@ -206,8 +201,8 @@ def held_out_table(runs: dict[str, list[Path]], baseline: str = "outcome_grpo") 
                 cells.append(f"{label} {scale * d.mean:+.{1 if unit else 2}f} ({scale * d.low:+.{1 if unit else 2}f} to "
                              f"{scale * d.high:+.{1 if unit else 2}f}, {d.items} questions)")
             lines.append(f"\n{m} − {baseline}, paired by question: " + "; ".join(cells))
-            seeds = {r.name.rsplit("-seed", 1)[1]: r for r in runs[baseline]}
-            pairs = [(r, seeds[r.name.rsplit("-seed", 1)[1]]) for r in runs[m] if r.name.rsplit("-seed", 1)[1] in seeds]
+            seeds = {seed_of(r): r for r in runs[baseline]}
+            pairs = [(r, seeds[seed_of(r)]) for r in runs[m] if seed_of(r) in seeds]
             cells = []
             for label, (fn, _scale, unit) in ITEM_METRICS.items():
                 diffs = [ItemMean.of(item_values(a, fn)).mean - ItemMean.of(item_values(b, fn)).mean for a, b in pairs]
@@ -221,7 +216,7 @@ def held_out_table(runs: dict[str, list[Path]], baseline: str = "outcome_grpo") 
 
 def report(d: Path, png: Path | None) -> str:
     """A table (held-out before → after per metric, OOD quiz after, training seconds per step) and the curves."""
-    runs = _runs(d)
+    runs = runs_by_variant(d, lambda r: (r / "metrics.jsonl").exists() and bool(_evals(r)))
     lines = [
         "| method | seeds | answer acc. before → after | routing acc. before → after | searches/question before → after "
         "| quiz answer acc. after | s/step (median) |",
@@ -243,18 +238,17 @@ def report(d: Path, png: Path | None) -> str:
                 cells.append(f"{first} → {_fmt(after) if after else '–'}")
         quiz = [_evals(r)[-1].get("quiz/answer_accuracy") for r in rs]
         quiz_cell = _fmt([q for q in quiz if q is not None]) if all(q is not None for q in quiz) else "–"
-        secs = [statistics.median(json.loads(x)["step_seconds"] for x in (r / "metrics.jsonl").read_text().splitlines())
-                for r in rs]
+        secs = [statistics.median(x["step_seconds"] for x in read_jsonl(r / "metrics.jsonl")) for r in rs]
         lines.append(f"| {method} | {len(rs)} | {' | '.join(cells)} | {quiz_cell} | {statistics.median(secs):.1f} |")
-    finished = {m: [r for r in rs if (r / "summary.json").exists() and evaluation_steps(r)] for m, rs in runs.items()}
-    finished = {m: rs for m, rs in finished.items() if rs}
-    if finished:
+    done = {m: [r for r in rs if finished(r) and evaluation_steps(r)] for m, rs in runs.items()}
+    done = {m: rs for m, rs in done.items() if rs}
+    if done:
         lines += ["", "Held-out, each finished run (the last evaluation; 95 % intervals over questions):", "",
-                  *per_run_table(finished),
+                  *per_run_table(done),
                   "", "Held-out, finished runs pooled over seeds (95 % intervals over questions):", "",
-                  *held_out_table(finished),
+                  *held_out_table(done),
                   "", "Held-out by knowledge base, before and after (mean over seeds; each seed):", "",
-                  *knowledge_base_table(finished)]
+                  *knowledge_base_table(done)]
     if png is not None and runs:
         import matplotlib
 
