@@ -56,6 +56,7 @@ from seeded_runs import (
 )
 
 from grove.config.presets import PRESETS
+from grove.evaluation.stats import SampledReport
 
 SELECTION = json.dumps(PRESETS["d3s"].settings["selection"])  # JSON is YAML flow syntax
 METHODS = {
@@ -86,6 +87,15 @@ def curve(run: Path) -> list[tuple[int, float, float, HeldOut]]:
     """Per evaluation: (step, gradient tokens so far, training seconds so far, the held-out problems' outcomes)."""
     so_far = cumulative(run)
     return [(s, so_far[s]["tokens"], so_far[s]["seconds"], held_out(run, s)) for s in evaluation_steps(run) if s in so_far]
+
+
+def pooled_curve(curves: list[list[tuple[int, float, float, HeldOut]]]) -> list[tuple[int, float, float, SampledReport]]:
+    """At each step every seed evaluated: (step, mean gradient tokens so far, mean training seconds so far, greedy
+    accuracy pooled over the seeds with its interval over problems)."""
+    steps = sorted(set.intersection(*({c[0] for c in cv} for cv in curves)))
+    at = [[next(c for c in cv if c[0] == s) for cv in curves] for s in steps]
+    return [(s, statistics.fmean(c[1] for c in cs), statistics.fmean(c[2] for c in cs), pooled([c[3] for c in cs], "greedy"))
+            for s, cs in zip(steps, at, strict=True)]
 
 
 def first_reaching(run: Path, level: float) -> tuple[int, float, float] | None:
@@ -136,14 +146,8 @@ def report(out: Path, level: float) -> str:
         "|---|---|---|---|",
     ]
     for method, rs in runs.items():
-        curves = [curve(r) for r in rs]
-        steps = sorted(set.intersection(*({c[0] for c in cv} for cv in curves)))
-        cells = []
-        for step in steps:
-            at = [next(c for c in cv if c[0] == step) for cv in curves]
-            acc = pooled([c[3] for c in at], "greedy").accuracy
-            cells.append(f"{step} ({statistics.fmean(c[1] for c in at):,.0f}, "
-                         f"{statistics.fmean(c[2] for c in at):.0f} s) {100 * acc:.1f}%")
+        cells = [f"{step} ({tokens:,.0f}, {seconds:.0f} s) {100 * acc.accuracy:.1f}%"
+                 for step, tokens, seconds, acc in pooled_curve([curve(r) for r in rs])]
         lines.append(f"| {method} | {len(rs)} | {percent(pooled(first[method], 'greedy'))} → "
                      f"**{percent(pooled(last[method], 'greedy'))}** | {'; '.join(cells)} |")
     lines += ["", "After − before, paired by problem (all seeds pooled):", ""]
@@ -177,14 +181,12 @@ def plot(out: Path, png: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
     for method, rs in runs_by_variant(out, _evaluated).items():
         curves = [curve(r) for r in rs]
-        steps = sorted(set.intersection(*({c[0] for c in cv} for cv in curves)))
-        at = [[next(c for c in cv if c[0] == s) for cv in curves] for s in steps]
-        reports = [pooled([c[3] for c in cs], "greedy") for cs in at]
-        mean = [x.accuracy for x in reports]
-        low, high = [x.ci_low for x in reports], [x.ci_high for x in reports]
+        points = pooled_curve(curves)
+        mean = [p[3].accuracy for p in points]
+        low, high = [p[3].ci_low for p in points], [p[3].ci_high for p in points]
         color = None
         for ax, column in zip(axes, (0, 1, 2), strict=True):
-            xs = [statistics.fmean(c[column] for c in cs) for cs in at]
+            xs = [p[column] for p in points]
             line = ax.plot(xs, mean, marker="o", color=color, label=f"{method} ({len(rs)} seeds pooled)")[0]
             color = line.get_color()
             ax.fill_between(xs, low, high, color=color, alpha=0.15)
