@@ -133,6 +133,12 @@ ITEM_METRICS = {
 }
 
 
+def _signed(d: ItemMean, scale: float, unit: str) -> str:
+    """A paired difference, e.g. ``"+1.7 (-5.7 to +9.0, 60 questions)"`` (two decimals for counts)."""
+    digits = 1 if unit else 2
+    return f"{scale * d.mean:+.{digits}f} ({scale * d.low:+.{digits}f} to {scale * d.high:+.{digits}f}, {d.items} questions)"
+
+
 def _wall_clock_minutes(run_dir: Path) -> float:
     rows = read_jsonl(run_dir / "metrics.jsonl")
     if not rows:
@@ -189,17 +195,13 @@ def held_out_table(runs: dict[str, list[Path]], baseline: str = "outcome_grpo") 
         fn, scale, unit = ITEM_METRICS["answer accuracy"]
         before = merge([item_values(r, fn, step=evaluation_steps(r)[0]) for r in rs])
         d = paired_item_difference(values[m]["answer accuracy"], before)
-        lines.append(f"\n{m}, after − before, paired by question: answer accuracy {scale * d.mean:+.1f} "
-                     f"({scale * d.low:+.1f} to {scale * d.high:+.1f}, {d.items} questions)")
+        lines.append(f"\n{m}, after − before, paired by question: answer accuracy {_signed(d, scale, unit)}")
     if baseline in values:
         for m in values:
             if m == baseline:
                 continue
-            cells = []
-            for label, (_, scale, unit) in ITEM_METRICS.items():
-                d = paired_item_difference(values[m][label], values[baseline][label])
-                cells.append(f"{label} {scale * d.mean:+.{1 if unit else 2}f} ({scale * d.low:+.{1 if unit else 2}f} to "
-                             f"{scale * d.high:+.{1 if unit else 2}f}, {d.items} questions)")
+            cells = [f"{label} {_signed(paired_item_difference(values[m][label], values[baseline][label]), scale, unit)}"
+                     for label, (_, scale, unit) in ITEM_METRICS.items()]
             lines.append(f"\n{m} − {baseline}, paired by question: " + "; ".join(cells))
             seeds = {seed_of(r): r for r in runs[baseline]}
             pairs = [(r, seeds[seed_of(r)]) for r in runs[m] if seed_of(r) in seeds]
