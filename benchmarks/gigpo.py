@@ -85,9 +85,9 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float
     return out
 
 
-def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str]) -> None:
+def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str], parallel: int = 1) -> None:
     variants = {method: [f"algorithm.advantage={{id: {method}}}"] for method in methods}
-    train_alternated(config, out, seeds, variants, overrides)
+    train_alternated(config, out, seeds, variants, overrides, parallel)
 
 
 def training_table(name: str, runs: dict[str, list[Path]]) -> list[str]:
@@ -291,7 +291,7 @@ def main() -> None:
     if args.command == "calibrate":
         print(json.dumps(calibrate(args.config, args.overrides, args.groups), indent=2))
     elif args.command == "run":
-        run(args.config, args.out, args.seeds, args.methods, args.overrides)
+        run(args.config, args.out, args.seeds, args.methods, args.overrides, args.parallel)
     else:
         print(report(args.dirs, args.png, args.level, args.baseline))
 

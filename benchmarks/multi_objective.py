@@ -32,6 +32,7 @@ from seeded_runs import (
     finished,
     read_jsonl,
     runs_by_variant,
+    save_figure,
     seed_of,
     train_alternated,
 )
@@ -39,13 +40,13 @@ from seeded_runs import (
 ESTIMATOR = {"sum_then_normalize": "grpo", "normalize_then_sum": "score_as_advantage", "variance_weighted": "grpo"}
 
 
-def run(config: str, out: Path, seeds: list[int], aggregators: list[str], overrides: list[str]) -> None:
+def run(config: str, out: Path, seeds: list[int], aggregators: list[str], overrides: list[str], parallel: int = 1) -> None:
     variants = {
         aggregator: [f"algorithm.reward_aggregation={{id: {aggregator}}}",
                      f"algorithm.advantage={{id: {ESTIMATOR.get(aggregator, 'grpo')}}}"]
         for aggregator in aggregators
     }
-    train_alternated(config, out, seeds, variants, overrides)
+    train_alternated(config, out, seeds, variants, overrides, parallel)
 
 
 def collect(out: Path, log: str = "eval.jsonl") -> dict[str, dict[int, list[dict]]]:
@@ -54,17 +55,19 @@ def collect(out: Path, log: str = "eval.jsonl") -> dict[str, dict[int, list[dict
 
 
 def share_table(metrics: dict[str, dict[int, list[dict]]], objectives: list[str]) -> str:
-    """Per aggregator: each objective's share of the advantage and fraction of groups with signal during training
-    (mean over steps and seeds) — which objective drives the update."""
+    """Per aggregator: each objective's share of the advantage (median over steps and seeds: the share is a ratio
+    whose denominator nears zero in a step where objectives cancel, so its mean is ruled by one step) and the
+    fraction of groups with signal (mean over steps and seeds) — which objective drives the update."""
     header = " | ".join(objectives)
     lines = [f"| aggregator | statistic | {header} |", "|---|---|" + "---|" * len(objectives)]
     for aggregator, per_seed in metrics.items():
-        for stat, label in (("advantage_share", "advantage share"), ("signal_group_fraction", "groups with signal")):
+        for stat, label, centre in (("advantage_share", "advantage share (median)", statistics.median),
+                                    ("signal_group_fraction", "groups with signal", statistics.mean)):
             cells = []
             for name in objectives:
                 vals = [r[f"objective/{name}/{stat}"] for recs in per_seed.values() for r in recs
                         if f"objective/{name}/{stat}" in r]
-                cells.append(f"{statistics.mean(vals):.2f}" if vals else "–")
+                cells.append(f"{centre(vals):.2f}" if vals else "–")
             lines.append(f"| `{aggregator}` | {label} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("| aggregator | groups whose score is constant (no signal under the aggregator) | steps × seeds |")
@@ -110,16 +113,22 @@ def table(runs: dict[str, dict[int, list[dict]]], objectives: list[str]) -> str:
 
 def held_out_table(out: Path, objectives: list[str], baseline: str = "sum_then_normalize") -> str:
     """Each objective's held-out mean after training, pooled over an aggregator's seeds, with the 95 % interval over
-    held-out prompts (from the last evaluation's samples), and each aggregator − the baseline paired by prompt: an
-    objective whose difference lies below zero is the one an aggregator sacrifices."""
+    held-out prompts (from the last evaluation's samples); each aggregator − the baseline paired by prompt (an
+    objective whose difference lies below zero is the one an aggregator sacrifices); and each aggregator's change
+    from the first evaluation (the warm start) paired by prompt."""
     runs = runs_by_variant(out, lambda r: finished(r) and bool(evaluation_steps(r)))
     if not runs:
         return ""
-    values = {
-        a: {name: merge([item_values(r, lambda row, n=name: row.get("rewards", {}).get(n)) for r in rs])
-            for name in objectives}
-        for a, rs in runs.items()
-    }
+    def pooled_values(step_of) -> dict[str, dict[str, dict[str, list[float]]]]:
+        return {
+            a: {name: merge([item_values(r, lambda row, n=name: row.get("rewards", {}).get(n), step=step_of(r))
+                             for r in rs])
+                for name in objectives}
+            for a, rs in runs.items()
+        }
+
+    values = pooled_values(lambda r: None)
+    before = pooled_values(lambda r: evaluation_steps(r)[0])
     lines = ["| aggregator | seeds | " + " | ".join(objectives) + " |", "|---|---|" + "---|" * len(objectives)]
     for a, rs in runs.items():
         cells = [ItemMean.of(values[a][name]).show(1.0, "", 3) for name in objectives]
@@ -132,6 +141,12 @@ def held_out_table(out: Path, objectives: list[str], baseline: str = "sum_then_n
             d = paired_item_difference(values[a][name], values[baseline][name])
             cells.append(f"{d.mean:+.3f} ({d.low:+.3f} to {d.high:+.3f})")
         lines.append(f"| `{a}` − `{baseline}` (paired by prompt) | | " + " | ".join(cells) + " |")
+    for a, rs in runs.items():
+        cells = []
+        for name in objectives:
+            d = paired_item_difference(values[a][name], before[a][name])
+            cells.append(f"{d.mean:+.3f} ({d.low:+.3f} to {d.high:+.3f})")
+        lines.append(f"| `{a}` after − before (paired by prompt) | {len(rs)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -164,9 +179,7 @@ def plot(runs: dict[str, dict[int, list[dict]]], objectives: list[str], png: Pat
     for ax in list(axes.flat)[len(objectives) :]:
         ax.axis("off")
     fig.suptitle(title)
-    fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=90)
+    save_figure(fig, png)
     plt.close(fig)
 
 
@@ -178,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--png", type=Path)
     args = parser.parse_args(argv)
     if args.command == "run":
-        run(args.config, args.out, args.seeds, args.aggregators, args.overrides)
+        run(args.config, args.out, args.seeds, args.aggregators, args.overrides, args.parallel)
         return 0
     runs = collect(args.out)
     if not runs:

@@ -2,6 +2,8 @@
 
 Each run writes ``OUT/<variant>-seed<seed>`` (a normal run directory). A finished run (``summary.json``
 present) is skipped and an interrupted one resumed, so a comparison can be stopped and restarted.
+``--parallel N`` runs N of them at once, each writing its output to ``OUT/<variant>-seed<seed>.log``: on a GPU,
+where one small model's decode is bound by kernel launches from Python and leaves the device mostly idle.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -32,8 +35,9 @@ def seed_of(run_dir: Path) -> int:
 def runs_by_variant(out: Path, keep: Callable[[Path], bool] = finished) -> dict[str, list[Path]]:
     """The run directories ``OUT/<variant>-seed<seed>`` that ``keep`` accepts, by variant, each in seed order."""
     runs: dict[str, list[Path]] = {}
-    for run_dir in sorted(out.glob("*-seed*"), key=lambda r: (r.name.rsplit("-seed", 1)[0], seed_of(r))):
-        if run_dir.is_dir() and keep(run_dir):
+    run_dirs = [r for r in out.glob("*-seed*") if r.is_dir()]
+    for run_dir in sorted(run_dirs, key=lambda r: (r.name.rsplit("-seed", 1)[0], seed_of(r))):
+        if keep(run_dir):
             runs.setdefault(run_dir.name.rsplit("-seed", 1)[0], []).append(run_dir)
     return runs
 
@@ -59,6 +63,7 @@ def add_run_command(sub: argparse._SubParsersAction, variants: Sequence[str], fl
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument(flag, nargs="+", default=list(variants))
     r.add_argument("--set", dest="overrides", action="append", default=[])
+    r.add_argument("--parallel", type=int, default=1, help="runs at once (default 1: one after another)")
 
 
 def add_calibrate_command(sub: argparse._SubParsersAction) -> None:
@@ -70,11 +75,19 @@ def add_calibrate_command(sub: argparse._SubParsersAction) -> None:
 
 
 def train_alternated(
-    config: str, out: Path, seeds: Sequence[int], variants: Mapping[str, Sequence[str]], overrides: Sequence[str]
+    config: str,
+    out: Path,
+    seeds: Sequence[int],
+    variants: Mapping[str, Sequence[str]],
+    overrides: Sequence[str],
+    parallel: int = 1,
 ) -> None:
     """For each seed, every variant in turn (so a slow period of the machine hits all of them): ``grove train
-    CONFIG --set seed=S --set <variant's settings> --set <overrides>``."""
+    CONFIG --set seed=S --set <variant's settings> --set <overrides>``; ``parallel`` runs at once."""
+    if parallel < 1:
+        raise SystemExit(f"--parallel must be at least 1 (got {parallel})")
     out.mkdir(parents=True, exist_ok=True)
+    commands = []
     for seed in seeds:
         for name, settings in variants.items():
             run_dir = out / f"{name}-seed{seed}"
@@ -86,5 +99,20 @@ def train_alternated(
                 args += ["--set", value]
             if run_dir.exists():
                 args += ["--resume", str(run_dir)]
+            commands.append((run_dir, args))
+    if parallel == 1:
+        for _, args in commands:
             print(" ".join(args[1:]), flush=True)
             subprocess.run(args, check=True)
+        return
+
+    def train(run_dir: Path, args: list[str]) -> int:
+        print(" ".join(args[1:]), f"> {run_dir}.log", flush=True)
+        with open(f"{run_dir}.log", "a") as log:
+            return subprocess.run(args, stdout=log, stderr=subprocess.STDOUT).returncode
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        codes = list(pool.map(lambda c: train(*c), commands))
+    failed = [str(run_dir) for (run_dir, _), code in zip(commands, codes, strict=True) if code != 0]
+    if failed:
+        raise SystemExit(f"{len(failed)} run(s) failed (their output is in <run>.log): {', '.join(failed)}")

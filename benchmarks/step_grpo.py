@@ -101,11 +101,11 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict:
     return out
 
 
-def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str]) -> None:
+def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str], parallel: int = 1) -> None:
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise SystemExit(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
-    train_alternated(config, out, seeds, {m: METHODS[m] for m in methods}, overrides)
+    train_alternated(config, out, seeds, {m: METHODS[m] for m in methods}, overrides, parallel)
 
 
 def _evals(run_dir: Path) -> list[dict]:
@@ -290,7 +290,7 @@ def main() -> None:
     if args.command == "calibrate":
         print(json.dumps(calibrate(args.config, args.overrides, args.groups), indent=1))
     elif args.command == "run":
-        run(args.config, args.out, args.seeds, args.methods, args.overrides)
+        run(args.config, args.out, args.seeds, args.methods, args.overrides, args.parallel)
     else:
         print(report(args.dir, args.png))
 

@@ -129,7 +129,8 @@ def test_gigpo_report_held_out_intervals_by_hand(tmp_path, monkeypatch, capsys) 
 
 
 def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
-    """benchmarks/multi_objective.py: one seed of two aggregators on a tiny model, then the table and the PNG."""
+    """benchmarks/multi_objective.py: one seed of two aggregators on a tiny model, both at once (``--parallel``),
+    then the table and the PNG (the runs' log files beside their directories are not runs)."""
     from grove.models.tiny import create_tiny_model_dir
 
     model = create_tiny_model_dir(tmp_path / "model", seed=0)
@@ -142,7 +143,7 @@ def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, mo
                  "rollout.max_new_tokens=4", "train.steps=1", "train.prompts_per_step=2",
                  "train.completions_per_prompt=2", "checkpoint.every=10", "logging.tensorboard=false"]
     argv = ["multi_objective.py", "run", "examples/arithmetic.yaml", "--out", str(out), "--seeds", "0",
-            "--aggregators", "sum_then_normalize", "normalize_then_sum"]
+            "--aggregators", "sum_then_normalize", "normalize_then_sum", "--parallel", "2"]
     for o in overrides:
         argv += ["--set", o]
     png = tmp_path / "mo.png"
@@ -153,6 +154,9 @@ def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, mo
         assert e.value.code == 0
     printed = capsys.readouterr().out
     assert "| `normalize_then_sum` | has_seven |" in printed and "| `sum_then_normalize` | acc |" in printed
+    assert "| `normalize_then_sum` after − before (paired by prompt) | 1 |" in printed
+    assert "advantage share (median)" in printed
+    assert (out / "sum_then_normalize-seed0.log").stat().st_size > 0 and (out / "normalize_then_sum-seed0.log").exists()
     assert png.stat().st_size > 0
 
 
