@@ -117,6 +117,38 @@ class Coefficients:
     token_keep_ratio: float = 1.0  # D^3S: fraction of loss tokens kept (this step's schedule value)
 
 
+@dataclass
+class TrainedTokens:
+    """Out-parameter of :func:`policy_update`: the loss mask some rows of its batch were trained on, after D^3S token
+    selection, as the update computed it (scope ``batch`` ranks the whole mini-batch, ``micro_batch`` each
+    micro-batch, so only the update knows it). The first epoch's mask: later epochs select again from the entropies
+    of the updated policy. A row left out for lack of signal (``train.skip_zero_advantage``) gets the tokens its
+    selection counts in the loss (all scores zero: its first tokens). ``filled`` stays false when the update does
+    not run (a non-finite advantage skips it).
+
+    Build it with :meth:`for_rows`; the update fills ``mask`` through :meth:`record`."""
+
+    rows: Tensor  # [k] rows of the update's batch
+    mask: Tensor  # [k, R] float32, R the batch's response width
+    position: Tensor  # [N] each batch row's index in ``rows``, -1 for rows not asked for
+    filled: bool = False
+
+    @classmethod
+    def for_rows(cls, rows: Tensor, batch: RolloutBatch) -> TrainedTokens:
+        rows = rows.cpu()
+        position = torch.full((batch.num_samples,), -1, dtype=torch.long)
+        position[rows] = torch.arange(len(rows))
+        return cls(rows, torch.zeros(len(rows), batch.loss_mask.shape[1]), position)
+
+    def record(self, batch_rows: Tensor, mask: Tensor) -> None:
+        """Keep the lines of ``mask`` (``[m, r]``, the loss mask of rows ``batch_rows`` of the update's batch, ``r``
+        their trimmed width) whose rows were asked for."""
+        at = self.position[batch_rows.cpu()]
+        asked = at >= 0
+        self.mask[at[asked], : mask.shape[1]] = mask.detach().cpu()[asked].float()
+        self.filled = True
+
+
 class TokenStats:
     """Sums of per-token statistics over loss tokens, for micro-batch-independent averages."""
 
@@ -234,6 +266,17 @@ def _loss_token_count(mask: Tensor, parts: LossComponents, coefs: Coefficients) 
     return float(mask.sum())
 
 
+def _left_out_loss_mask(left_out: RolloutBatch, parts: LossComponents, coefs: Coefficients) -> Tensor:
+    """The loss mask of samples left out for lack of signal as their in-loss token selection would make it: every
+    advantage is zero, so every score ``|A|·H`` is zero and each row keeps its first tokens (the count
+    :func:`_loss_token_count` puts in the aggregation scale)."""
+    if not _selects_in_loss(parts, coefs):
+        return left_out.loss_mask
+    zeros = torch.zeros_like(left_out.advantages, dtype=torch.float32)
+    return select_loss_tokens(left_out.loss_mask, left_out.advantages, zeros, parts.token_selection,
+                              coefs.token_keep_ratio)
+
+
 def loss_statistic_names(parts: LossComponents) -> list[str]:
     """The names of the policy loss's per-token statistics, from the loss on one fully masked token: an update that
     computed no sample (every advantage zero, ``train.skip_zero_advantage``) still logs each of them, as NaN."""
@@ -342,9 +385,11 @@ def policy_update(
     generator: torch.Generator,
     coefs: Coefficients = Coefficients(),
     strategy: Strategy | None = None,
+    trained_tokens: TrainedTokens | None = None,
 ) -> dict[str, float]:
     """Run μ epochs of mini-batch updates on one step's rollouts (this rank's share of them); return metrics
-    averaged over the update and, with several ranks, over all ranks."""
+    averaged over the update and, with several ranks, over all ranks. ``trained_tokens``, when given, receives the
+    loss mask its rows were trained on (:class:`TrainedTokens`)."""
     strategy = strategy or Strategy("none", World())
     world = strategy.world
     model.train()
@@ -398,6 +443,8 @@ def policy_update(
                     if k >= real:
                         continue
                     in_loss, mismatch = in_loss.cpu(), mismatch.cpu()
+                    if trained_tokens is not None and epoch == 0:
+                        trained_tokens.record(mini_idx[micro_idx.cpu()], in_loss)
                     stats = {name: v.cpu() for name, v in stats.items()}
                     total += float(loss.detach())
                     if not math.isfinite(float(loss.detach())):
@@ -410,6 +457,8 @@ def policy_update(
                         mismatch_sum += float(mismatch.sum())
                         mismatch_tokens += float(mb.loss_mask.sum())
             grad_tokens += _loss_token_count(mini.loss_mask[left_out], parts, coefs)  # in the loss, zero gradient
+            if trained_tokens is not None and epoch == 0 and len(left_out):
+                trained_tokens.record(mini_idx[left_out.cpu()], _left_out_loss_mask(mini.select(left_out), parts, coefs))
             if not micro_indices:  # no sample of any rank has a signal: the gradient is zero, the optimizer still steps
                 for p in params:
                     p.grad = torch.zeros_like(p)
