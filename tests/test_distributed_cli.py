@@ -49,6 +49,8 @@ def test_torchrun_grove_train(tiny, tmp_path, strategy):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]  # rank 0 writes each step once
+    details = [json.loads(line) for line in (out / "token_details.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["row"]) for r in details] == [(1, row) for row in range(6)]  # rank 0's own 2 groups of 3
     evals = [json.loads(line)["step"] for line in (out / "eval.jsonl").read_text().splitlines()]
     assert evals == [0, 2]
     assert (out / "summary.json").is_file() and (out / "plots").is_dir()

@@ -89,7 +89,7 @@ def copy_run(src: Path, dst: Path, last_step: int) -> Path:
     for c in ckpt.list_checkpoints(dst):
         if int(c.name.removeprefix("step-")) > last_step:
             shutil.rmtree(c)
-    for log in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+    for log in ("metrics.jsonl", "samples.jsonl", "token_details.jsonl", "eval.jsonl"):
         path = dst / log
         if path.exists():
             kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= last_step]

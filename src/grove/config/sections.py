@@ -286,7 +286,27 @@ class CheckpointConfig(Section):
     keep_last: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
 
 
+class TokenDetailsConfig(Section):
+    every: int = Field(
+        10,
+        ge=0,
+        description="Write the per-token details of some training samples (RUN_DIR/token_details.jsonl: each response "
+        "token with its log-prob, entropy, advantage, loss mask and D^3S kept flag, for `grove view`) on step 1 and "
+        "on every step that is a multiple of N. 0: off.",
+    )
+    max_samples: int = Field(
+        16,
+        ge=1,
+        description="Samples recorded per recorded step: whole prompt groups in batch order while they fit (the "
+        "first group's first N samples when it alone is larger).",
+    )
+
+
 class LoggingConfig(Section):
     tensorboard: bool = Field(True, description="Write TensorBoard event files to RUN_DIR/tensorboard.")
     samples_per_step: int = Field(4, ge=0, description="Completions written to samples.jsonl per step.")
     progress: bool = Field(True, description="Show the rich progress bar.")
+    token_details: TokenDetailsConfig = Field(
+        default_factory=TokenDetailsConfig,
+        description="Per-token details of training samples in RUN_DIR/token_details.jsonl ({every, max_samples}).",
+    )

@@ -1,4 +1,4 @@
-"""Run outputs: ``metrics.jsonl``, ``eval.jsonl``, ``samples.jsonl`` and TensorBoard events.
+"""Run outputs: ``metrics.jsonl``, ``eval.jsonl``, ``samples.jsonl``, ``token_details.jsonl`` and TensorBoard events.
 
 Every record carries its ``step``. When a run resumes from the checkpoint of step ``s``, records
 with a step after ``s`` (written after that checkpoint, before the kill) are dropped, so the logs
@@ -130,8 +130,9 @@ class RunLogger:
         self.metrics = JsonlLog(run_dir / "metrics.jsonl", self.hint)
         self.evals = JsonlLog(run_dir / "eval.jsonl", self.hint)
         self.samples = JsonlLog(run_dir / "samples.jsonl", self.hint)
+        self.token_details = JsonlLog(run_dir / "token_details.jsonl", self.hint)
         if resume_step is not None:
-            for jsonl in (self.metrics, self.samples):
+            for jsonl in (self.metrics, self.samples, self.token_details):
                 jsonl.truncate_after(resume_step)
             self.evals.truncate_after(resume_step, drop_final_at_step=True)
         self._tb = None
@@ -156,6 +157,12 @@ class RunLogger:
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         if samples:
             self.samples.append_many([{"step": step, **sample} for sample in samples])
+
+    def log_token_details(self, records: list[dict[str, Any]]) -> None:
+        """``token_details.jsonl``: per-token records of training samples (:mod:`grove.pipeline.token_details`),
+        each with its ``step``."""
+        if records:
+            self.token_details.append_many(records)
 
     def log_eval_samples(self, step: int, samples: list[dict[str, Any]]) -> Path:
         """``eval_samples_stepNNNNNN.jsonl``: the evaluation's samples (the file is replaced whole)."""
@@ -197,6 +204,9 @@ class NullRunLogger:
         pass
 
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        pass
+
+    def log_token_details(self, records: list[dict[str, Any]]) -> None:
         pass
 
     def log_eval_samples(self, step: int, samples: list[dict[str, Any]]) -> None:

@@ -40,6 +40,7 @@ from grove.pipeline.collect import KLInReward
 from grove.pipeline.downsampling import SampleSelection, TokenSelection, select_rollouts
 from grove.pipeline.rollout_correction import apply_rollout_correction
 from grove.pipeline.step_metrics import step_metrics
+from grove.pipeline.token_details import TokenDetailsRecorder
 from grove.pipeline.trajectory_weighting import apply_trajectory_weighting
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
@@ -161,6 +162,10 @@ class Trainer:
             if self.world.is_main
             else NullRunLogger()
         )
+        details = cfg.logging.token_details
+        self.token_details = TokenDetailsRecorder(
+            details.every, details.max_samples, self.loss_parts, self.tokenizer, self.logger.log_token_details
+        )
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, final: bool = False) -> EvalResult | None:
@@ -259,12 +264,13 @@ class Trainer:
             entropy=self.entropy_controller.active_coef(),
             token_keep_ratio=self._keep_ratio(cfg.selection.tokens),
         )
+        token_details = self.token_details.capture(self.step, self.model, batch)  # before the update changes the policy
         if nonfinite_advantages:  # the guard of docs/reliability.md: no update from these advantages
             update = {"skipped_optimizer_steps": float(self.schedule.ppo_epochs * self.schedule.mini_batches)}
         else:
             update = policy_update(
                 self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator,
-                coefs, self.models.strategy,
+                coefs, self.models.strategy, token_details.trained_tokens,
             )
         fault_points.reached("update", self.step)
         with self.world.phase("update: refresh the generation weights"):
@@ -295,6 +301,7 @@ class Trainer:
             }
         )
         self.logger.log_samples(self.step, exp.samples)
+        metrics.update(token_details.write())  # rank 0 writes its own rows (the other ranks' logger writes nothing)
         return metrics
 
     # ------------------------------------------------------------------ the loop
