@@ -38,6 +38,23 @@ def test_update_speed_benchmark_runs_on_a_tiny_model(tmp_path, monkeypatch, caps
     assert "packed-fp32, the last update under the profiler" in out and "Self CPU" in out
 
 
+def test_token_details_benchmark_runs_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/token_details.py: runs with the records off, every step and every 2 steps, and their ratios."""
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "tiny")
+    monkeypatch.setattr(sys, "argv", ["token_details.py", "--every", "0", "1", "2", "--steps", "3", "--repeats", "1",
+                                      "--set", f"model.name={model}", "--set", "threads=1",
+                                      "--set", "rollout.max_new_tokens=4", "--set", "train.prompts_per_step=2",
+                                      "--set", "train.completions_per_prompt=2", "--set", "host_allocator=system"])
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    runpy.run_path(str(BENCHMARKS / "token_details.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "round 1 off" in out and "3 recorded steps" in out and "2 recorded steps" in out
+    assert "| off | " in out and "| every 1 | " in out and "| every 2 | " in out
+    assert out.rstrip().splitlines()[-3].endswith("| – | 1.000 |")  # the baseline records nothing
+
+
 def test_gigpo_benchmark_calibrate_and_report_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
     """benchmarks/gigpo.py: calibrate plays episodes; report tabulates and plots run directories."""
     import json
