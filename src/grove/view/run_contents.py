@@ -20,7 +20,7 @@ from grove.infra.run_logs import JsonlLog
 
 log = logging.getLogger("grove.view")
 
-RUN_FILES = ("config.yaml", "metrics.jsonl", "eval.jsonl", "summary.json")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "eval.jsonl", "samples.jsonl", "summary.json")
 EVAL_SAMPLES = re.compile(r"^eval_samples_step(\d+)\.jsonl$")
 TOKEN_DETAILS = "token_details.jsonl"
 

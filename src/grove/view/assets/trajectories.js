@@ -75,10 +75,10 @@
       "button", { type: "button", class: "traj-summary", "aria-expanded": "false", onclick: () => {
         const open = !card.classList.contains("open");
         if (open && !built) {
-          body.append(
+          G.append(body, [
             turns.length ? G.el("ol", { class: "turns" }, turns.map((t, i) => turnView(t, i, details, ctx, anchors))) : G.note("This trajectory is known from its token details only (samples.jsonl does not have it)."),
             conversation.map((d) => detailBlock(d, ctx, "the whole conversation's tokens (environment tokens: not trained on)")),
-          );
+          ]);
           built = true;
         }
         card.classList.toggle("open", open);
