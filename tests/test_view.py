@@ -518,3 +518,28 @@ def test_browser_objectives_report_with_compare(objectives_run, tmp_path):
         assert javascript_errors(browser) == []
     finally:
         browser.quit()
+
+
+def test_browser_opens_a_run_of_10000_samples_within_2_seconds(tmp_path):
+    """10,000 samples over 500 steps (the default limits keep 100 steps): the page is drawn, with its first step's
+    samples, less than 2 s after navigation starts; the next step's page loads on demand."""
+    browser = browser_or_skip()
+    try:
+        index = build_report(big_run(tmp_path, steps=500, per_step=20), tmp_path / "view")
+        open_report(browser, index)
+        elapsed_ms = browser.execute_script("return performance.now();")
+        assert elapsed_ms < 2000, elapsed_ms
+        assert browser.execute_script("return document.querySelectorAll('#samples article.sample').length;") == 20
+        loaded = browser.execute_script("return [...document.scripts].filter(s => s.src.includes('/pages/')).length;")
+        assert loaded == 1
+        browser.find_element("css selector", "#samples .step-nav button[title=next]").click()
+        browser.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "(function wait() { if (document.querySelector('#samples .status').textContent.startsWith('samples')) done();"
+            " else setTimeout(wait, 20); })();")
+        shown = browser.execute_script("return document.querySelector('#samples .step-select').selectedOptions[0].textContent;")
+        assert shown == "step 6 (20)"  # the second of the 100 steps kept of 1..500
+        assert browser.execute_script("return document.querySelector('#samples article.sample header').textContent;").startswith("row 0")
+        assert javascript_errors(browser) == []
+    finally:
+        browser.quit()

@@ -61,13 +61,23 @@
     );
   }
 
+  // a turn in a trajectory's one-line summary: its action, or the kind of step the environment reports
+  // (info.step_type, e.g. a knowledge-base query) when the action is long text
+  function stepLabel(turn) {
+    if (turn.valid === false) return "✗";
+    const action = turn.action === null || turn.action === undefined ? "–" : String(turn.action);
+    const info = turn.info || {};
+    if (action.length > 14 && info.step_type) return [info.step_type, info.kb].filter(Boolean).join(" ");
+    return action.length > 14 ? action.slice(0, 13) + "…" : action;
+  }
+
   G.trajectoryCard = function (item, ctx, anchors) {
     const turns = item.trajectory || [];
     const details = G.detailsOf(item);
     const invalid = turns.filter((t) => t.valid === false).length;
     const conversation = details.filter((d) => d.turn === null || d.turn === undefined || d.turn < 0);
     const seqAdv = details.map((d) => d.sequence_advantage).find(G.isNum);
-    const strip = G.el("span", { class: "action-strip" }, turns.map((t, i) => G.el("span", { class: "step-dot" + (t.valid === false ? " invalid" : ""), "data-anchor": anchorKey(t.anchor), style: anchors.colours.get(anchorKey(t.anchor)) ? `background:${anchors.colours.get(anchorKey(t.anchor))}` : null, title: `turn ${i + 1}: ${t.action}` }, t.valid === false ? "✗" : String(t.action === null || t.action === undefined ? "–" : t.action).slice(0, 14))));
+    const strip = G.el("span", { class: "action-strip" }, turns.map((t, i) => G.el("span", { class: "step-dot" + (t.valid === false ? " invalid" : ""), "data-anchor": anchorKey(t.anchor), style: anchors.colours.get(anchorKey(t.anchor)) ? `background:${anchors.colours.get(anchorKey(t.anchor))}` : null, title: `turn ${i + 1}: ${t.action}` }, stepLabel(t))));
     const body = G.el("div", { class: "traj-body" });
     let built = false;
     const card = G.el("div", { class: "trajectory" });
