@@ -115,15 +115,17 @@ def tiny_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def objectives_run(tiny_model, tmp_path_factory) -> Path:
-    """Two steps of arithmetic with two objectives from one reward (``has_seven``, ``short``) and a second reward,
-    two groups of three completions per step, every completion logged; with token details."""
+    """Four steps of arithmetic with two objectives from one reward (``has_seven``, ``short``) and a second reward,
+    two groups of three completions per step, every completion logged, evaluated every two steps; with token
+    details."""
     from grove.training.trainer import Trainer
 
     sys.path.insert(0, str(TESTS))  # the run's user rewards
     out = tmp_path_factory.mktemp("objectives") / "run"
-    cfg = run_config(tiny_model, out, 2, **{
+    cfg = run_config(tiny_model, out, 4, **{
         "rewards": "[{id: 'user_rewards:two_checks'}, {id: answer_match, extract: last_number, name: acc}]",
         "checkpoint.every": 10, "logging.samples_per_step": 6, "eval.before_training": True, "eval.max_examples": 3,
+        "eval.every": 2,
     })
     Trainer(cfg, out).run()
     write_single_turn_token_details(out)
@@ -132,7 +134,7 @@ def objectives_run(tiny_model, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def agent_run(tiny_model, tmp_path_factory) -> Path:
-    """Two GiGPO steps on the corridor environment (per-step prompts), evaluated before and after; with token
+    """Four GiGPO steps on the corridor environment (per-step prompts), evaluated every two steps; with token
     details."""
     from grove.config import load_config
     from grove.training.trainer import Trainer
@@ -141,9 +143,9 @@ def agent_run(tiny_model, tmp_path_factory) -> Path:
     overrides = {
         "model.name": tiny_model, "output_dir": out, "threads": 1,
         "env": "{id: 'tests.agent_envs:corridor', params: {length: 3}, max_turns: 4, action_parser: {id: raw}}",
-        "rollout.max_new_tokens": 4, "rollout.temperature": 1.0, "train.steps": 2, "train.prompts_per_step": 2,
+        "rollout.max_new_tokens": 4, "rollout.temperature": 1.0, "train.steps": 4, "train.prompts_per_step": 2,
         "train.completions_per_prompt": 3, "train.micro_batch_size": 4, "optim.lr": 1e-3, "checkpoint.every": 10,
-        "eval.max_examples": 3, "logging.progress": False, "logging.tensorboard": False, "logging.samples_per_step": 6,
+        "eval.max_examples": 3, "eval.every": 2, "logging.progress": False, "logging.tensorboard": False, "logging.samples_per_step": 6,
         "algorithm.advantage": "{id: gigpo, gamma: 0.9}",
     }
     Trainer(load_config(None, [f"{k}={v}" for k, v in overrides.items()]), out).run()
@@ -163,11 +165,11 @@ def test_report_of_a_single_turn_run_with_objectives(objectives_run, tmp_path):
     data = overview(out)
     assert data["run"]["kind"] == "single_turn" and data["run"]["name"] == "run"
     assert data["objectives"][:2] == ["has_seven", "short"]
-    assert data["metrics"]["steps"] == [1, 2] and "reward_mean" in data["metrics"]["series"]
-    assert [e["step"] for e in data["evals"]] == [0, 2]
+    assert data["metrics"]["steps"] == [1, 2, 3, 4] and "reward_mean" in data["metrics"]["series"]
+    assert [e["step"] for e in data["evals"]] == [0, 2, 4]
     assert data["token_details"]["present"] and data["config_text"].startswith("imports:")
-    assert [k["key"] for k in data["samples"]["train"]["keys"]] == ["1", "2"]
-    assert [k["key"] for k in data["samples"]["eval"]["keys"]] == ["0/greedy", "2/greedy"]
+    assert [k["key"] for k in data["samples"]["train"]["keys"]] == ["1", "2", "3", "4"]
+    assert [k["key"] for k in data["samples"]["eval"]["keys"]] == ["0/greedy", "2/greedy", "4/greedy"]
     items = [it for page in pages(out).values() for it in page if it["_key"] == "1"]
     assert len(items) == 8  # the six logged rows and the two rows known only from their token details
     logged = [it for it in items if not it.get("from_token_details")]
@@ -432,16 +434,26 @@ def javascript_errors(browser) -> list[str]:
     return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
-def screenshot(browser, path: Path, selector: str | None = None) -> Path:
-    """The page (or from ``selector`` down), up to 2600 pixels tall, as a PNG; copied to $GROVE_VIEW_SCREENSHOTS
-    when it is set (``make viewer-screenshots`` writes docs/img/viewer*.png so)."""
+def screenshot(browser, path: Path, selector: str | None = None, hover: str | None = None) -> Path:
+    """The page, or the element ``selector`` (at most 2600 pixels of it), as a PNG, with the pointer over the first
+    ``hover`` element (its tooltip shown); copied to $GROVE_VIEW_SCREENSHOTS when it is set (``make
+    viewer-screenshots`` writes docs/img/viewer*.png so)."""
     import base64
 
-    top = 0 if selector is None else browser.execute_script(
-        "return document.querySelector(arguments[0]).getBoundingClientRect().top + window.scrollY - 56;", selector)
-    height = browser.execute_script("return document.documentElement.scrollHeight;")
+    top, bottom = browser.execute_script(
+        "document.querySelector('.topbar').style.position = arguments[0] ? 'static' : '';"  # no bar amid a section
+        "const r = arguments[0] ? document.querySelector(arguments[0]).getBoundingClientRect() : null;"
+        "return r ? [r.top + window.scrollY - 16, r.bottom + window.scrollY + 16]"
+        " : [0, document.documentElement.scrollHeight];", selector)
+    browser.execute_script("window.scrollTo(0, arguments[0]); document.getElementById('tooltip').hidden = true;", top)
+    if hover:  # the tooltip is placed in the window: hover after scrolling
+        browser.execute_script(
+            "const t = document.querySelector(arguments[0]), r = t.getBoundingClientRect();"
+            "t.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: r.left + r.width / 2,"
+            " clientY: r.top + r.height / 2}));", hover)
     shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
-        "captureBeyondViewport": True, "clip": {"x": 0, "y": top, "width": 1400, "height": min(2600, height - top), "scale": 1}})
+        "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": top, "width": 1400, "height": min(2600, bottom - top), "scale": 1}})
     path.write_bytes(base64.b64decode(shot["data"]))
     target = os.environ.get("GROVE_VIEW_SCREENSHOTS")
     if target:
@@ -477,8 +489,8 @@ def test_browser_agent_report(agent_run, tmp_path):
         assert coloured > 0
         assert browser.execute_script("return document.querySelectorAll('#trajectories .tok.untrained').length;") > 0
         assert "advantage per token" in browser.find_element("css selector", "#trajectories .legend-slot").text
-        screenshot(browser, tmp_path / "viewer_agent_overview.png")
-        screenshot(browser, tmp_path / "viewer_agent_trajectories.png", "#trajectories")
+        screenshot(browser, tmp_path / "viewer_agent_overview.png", "#overview")
+        screenshot(browser, tmp_path / "viewer_agent_trajectories.png", "#trajectories", hover="#trajectories .open .tok")
         assert javascript_errors(browser) == []
     finally:
         browser.quit()
@@ -506,7 +518,7 @@ def test_browser_objectives_report_with_compare(objectives_run, tmp_path):
             "t.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: 100, clientY: 100}));")
         tooltip = browser.find_element("id", "tooltip")
         assert tooltip.is_displayed() and "log-prob" in tooltip.text
-        screenshot(browser, tmp_path / "viewer_samples.png", "#samples")
+        screenshot(browser, tmp_path / "viewer_samples.png", "#samples", hover="#samples article.sample:nth-child(2) .tok")
         browser.execute_script(
             "const s = document.querySelector('#samples select[aria-label=view]'); s.value = 'groups';"
             "s.dispatchEvent(new Event('change'));")
@@ -515,6 +527,7 @@ def test_browser_objectives_report_with_compare(objectives_run, tmp_path):
         compare = browser.find_element("id", "compare").text
         assert "matched by prompt" in compare and "both right" in compare
         screenshot(browser, tmp_path / "viewer_objectives.png", "#objectives")
+        screenshot(browser, tmp_path / "viewer_compare.png", "#compare")
         assert javascript_errors(browser) == []
     finally:
         browser.quit()

@@ -4,7 +4,7 @@
   "use strict";
   const G = (window.Grove = window.Grove || {});
   const NS = "http://www.w3.org/2000/svg";
-  const W = 440, H = 200, M = { left: 50, right: 12, top: 10, bottom: 28 };
+  const W = 440, H = 200, M = { left: 56, right: 12, top: 10, bottom: 28 };
 
   function svg(tag, attrs) {
     const node = document.createElementNS(NS, tag);
@@ -50,6 +50,13 @@
     return d;
   }
 
+  // a tick label: short (1e-18 rather than 1.00e-18)
+  G.fmtTick = function (x) {
+    const a = Math.abs(x);
+    if (a !== 0 && (a < 1e-3 || a >= 1e6)) return x.toExponential(1).replace(".0e", "e");
+    return G.fmt(x);
+  };
+
   // opts: {title, series: [{name, xs, ys, colour, dashed}], intervals: [{name, colour, items: [{x, y, lo, hi}]}],
   //        yFormat, yMin, yMax, xLabel, note}
   G.lineChart = function (opts) {
@@ -66,6 +73,7 @@
     for (const s of intervals) for (const p of s.items) { xsAll.push(p.x); ysAll.push(p.y, p.lo, p.hi); }
     let x0 = Math.min(...xsAll), x1 = Math.max(...xsAll);
     if (x0 === x1) { x0 -= 1; x1 += 1; }
+    if (intervals.length) { const pad = (x1 - x0) * 0.04; x0 -= pad; x1 += pad; }  // interval bars off the axes
     let y0 = G.isNum(opts.yMin) ? Math.min(opts.yMin, ...ysAll.filter(G.isNum)) : Math.min(...ysAll.filter(G.isNum));
     let y1 = G.isNum(opts.yMax) ? Math.max(opts.yMax, ...ysAll.filter(G.isNum)) : Math.max(...ysAll.filter(G.isNum));
     if (y0 === y1) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
@@ -79,10 +87,12 @@
     for (const t of G.niceTicks(y0, y1, 4)) {
       root.appendChild(svg("line", { x1: M.left, x2: W - M.right, y1: sy(t), y2: sy(t), class: "grid" }));
       const label = svg("text", { x: M.left - 6, y: sy(t) + 4, class: "tick", "text-anchor": "end" });
-      label.textContent = fmtY(t);
+      label.textContent = (opts.yFormat || G.fmtTick)(t);
       root.appendChild(label);
     }
-    for (const t of G.niceTicks(x0, x1, 6).filter((t) => Number.isInteger(t) || x1 - x0 < 6)) {
+    let xTicks = G.niceTicks(x0, x1, 6).filter(Number.isInteger);  // steps are whole numbers
+    if (xTicks.length < 2) xTicks = [...new Set(xsAll)].sort((a, b) => a - b);
+    for (const t of xTicks) {
       const label = svg("text", { x: sx(t), y: H - M.bottom + 16, class: "tick", "text-anchor": "middle" });
       label.textContent = G.fmt(t);
       root.appendChild(label);

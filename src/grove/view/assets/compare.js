@@ -20,7 +20,7 @@
     const extra = [];
     if (G.isNum(answer.return)) extra.push(`return ${G.fmt(answer.return)}`);
     if (answer.sampled) extra.push(`sampled ${answer.sampled[0]}/${answer.sampled[1]}`);
-    return G.el("td", {}, G.el("div", { class: "cmp-head" }, mark, extra.length ? G.el("span", { class: "muted small" }, extra.join(" · ")) : null), G.el("pre", { class: "text small cmp-text" }, answer.text || ""));
+    return G.el("td", {}, G.el("div", { class: "cmp-head" }, mark, extra.length ? G.el("span", { class: "muted small" }, extra.join(" · ")) : null), G.textBlock(answer.text, "text small cmp-text"));
   }
 
   G.renderCompare = function (data) {

@@ -49,6 +49,13 @@
     return v.length ? v.reduce((a, b) => a + b, 0) / v.length : null;
   };
 
+  // a model's text in a <pre>; an empty or blank text said in words (it would show as nothing)
+  G.textBlock = function (text, cls) {
+    if (!text) return G.el("span", { class: "muted small" }, "(empty)");
+    if (!text.trim()) return G.el("span", { class: "muted small" }, `(only whitespace: ${JSON.stringify(text)})`);
+    return G.el("pre", { class: cls }, text);
+  };
+
   // a note in place of what a section cannot show
   G.note = (text, kind) => G.el("p", { class: "note " + (kind || "") }, text);
 

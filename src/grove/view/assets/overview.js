@@ -69,7 +69,7 @@
     }
     const columns = Object.keys(data.metrics.series).filter((k) => /^reward\/.+_mean$/.test(k));
     if (columns.length > 1 || (columns.length === 1 && !data.metrics.series.reward_mean)) {
-      grid.appendChild(G.lineChart({ title: "reward per column (objective) mean", series: columns.map((k) => ({ name: k.slice(7, -5), xs: data.metrics.steps, ys: data.metrics.series[k] })) }));
+      grid.appendChild(G.lineChart({ title: "each reward column's mean", series: columns.map((k) => ({ name: k.slice(7, -5), xs: data.metrics.steps, ys: data.metrics.series[k] })) }));
     }
     box.appendChild(grid);
     if (data.metrics.steps.length < data.metrics.steps_total) {

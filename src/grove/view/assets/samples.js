@@ -51,7 +51,7 @@
   function completionBody(item, ctx) {
     const d = detailsOf(item)[0];
     if (d) return G.tokenStrip(d, ctx.mode, ctx.scale);
-    return G.el("pre", { class: "text" }, item.completion || "");
+    return G.textBlock(item.completion, "text");
   }
 
   function promptBlock(prompt, open) {
