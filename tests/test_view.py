@@ -556,3 +556,22 @@ def test_browser_opens_a_run_of_10000_samples_within_2_seconds(tmp_path):
         assert javascript_errors(browser) == []
     finally:
         browser.quit()
+
+
+def test_serve_serves_the_report_folder(tmp_path):
+    import threading
+    import urllib.request
+
+    from grove.view.view_command import report_server
+
+    out = build_report(big_run(tmp_path, steps=2, per_step=2)).parent
+    with report_server(out, 0) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        try:
+            page = urllib.request.urlopen(base + "index.html", timeout=10).read().decode()
+            data = urllib.request.urlopen(base + "data/run.js", timeout=10).read().decode()
+        finally:
+            server.shutdown()
+    assert "<title>grove view · big</title>" in page and script_json(data)["run"]["name"] == "big"

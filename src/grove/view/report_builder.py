@@ -7,20 +7,33 @@ from pathlib import Path
 from grove.view.report_data import run_data
 from grove.view.run_comparison import compare_runs
 from grove.view.run_contents import RunContents, read_run
-from grove.view.sample_pages import PagedSamples, ReportLimits, paginate
+from grove.view.sample_pages import PagedSamples, ReportLimits, paginate, spread_evenly
 from grove.view.sample_records import agent_training, held_out, single_turn_training
 from grove.view.site_writer import write_site
 
 
 def sample_collections(run: RunContents, limits: ReportLimits) -> dict[str, PagedSamples]:
-    """The run's training samples (per step) and held-out samples (per evaluation step and mode), paged."""
+    """The run's training samples (per step) and held-out samples (per evaluation step and mode), paged; only the
+    kept steps (``limits.max_steps``, spread evenly) are shaped at all."""
+    steps = sorted({r["step"] for r in [*run.train_samples, *(run.token_details or [])]})
+    kept = set(spread_evenly(steps, limits.max_steps))
+    samples = [s for s in run.train_samples if s["step"] in kept]
+    details = None if run.token_details is None else [d for d in run.token_details if d["step"] in kept]
     shape = agent_training if run.kind == "agent" else single_turn_training
-    train = shape(run.train_samples, run.token_details, limits.max_text_chars, limits.max_tokens)
-    evals = held_out(run.eval_samples, limits.max_text_chars)
+    train = shape(samples, details, limits.max_text_chars, limits.max_tokens)
+    eval_steps = set(spread_evenly(sorted(run.eval_samples), limits.max_steps))
+    evals = held_out({s: rows for s, rows in run.eval_samples.items() if s in eval_steps}, limits.max_text_chars)
     return {
-        "train": paginate("train", train, {s: (str(s), f"step {s}") for s in train}, limits),
-        "eval": paginate("eval", evals, {k: (f"{k[0]}/{k[1]}", f"step {k[0]} · {k[1]}") for k in evals}, limits),
+        "train": paginate("train", train, {s: (str(s), f"step {s}") for s in train}, limits, keys_total=len(steps)),
+        "eval": paginate(
+            "eval", evals, {k: (f"{k[0]}/{k[1]}", f"step {k[0]} · {k[1]}") for k in evals}, limits,
+            keys_total=sum(1 for rows in run.eval_samples.values() for mode in _modes(rows)),
+        ),
     }
+
+
+def _modes(rows: list[dict]) -> set[str]:
+    return {r.get("eval_mode", "greedy") for r in rows}
 
 
 def build_report(

@@ -66,14 +66,18 @@ class PagedSamples:
 
 
 def paginate(
-    name: str, by_key: dict[Any, list[dict[str, Any]]], labels: dict[Any, tuple[str, str]], limits: ReportLimits
+    name: str,
+    by_key: dict[Any, list[dict[str, Any]]],
+    labels: dict[Any, tuple[str, str]],
+    limits: ReportLimits,
+    keys_total: int | None = None,
 ) -> PagedSamples:
     """Keep at most ``limits.max_steps`` keys of ``by_key`` (spread evenly, in key order) and cut their samples into
-    pages; ``labels`` gives each key its id in the data and its title on the page. Page ids are ``<name>-0001`` and
-    on."""
+    pages; ``labels`` gives each key its id in the data and its title on the page. ``keys_total``: ``by_key`` is a
+    selection already, kept whole, of that many keys. Page ids are ``<name>-0001`` and on."""
     keys = sorted(by_key)
-    kept = spread_evenly(keys, limits.max_steps)
-    paged = PagedSamples(name=name, keys_total=len(keys))
+    kept = keys if keys_total is not None else spread_evenly(keys, limits.max_steps)
+    paged = PagedSamples(name=name, keys_total=len(keys) if keys_total is None else keys_total)
     current: list[dict[str, Any]] = []
     size = 0
 

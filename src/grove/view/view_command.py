@@ -14,14 +14,22 @@ from grove.view.sample_pages import ReportLimits
 DEFAULTS = ReportLimits()
 
 
-def serve_folder(folder: Path, port: int) -> None:
-    """Serve ``folder`` on ``http://127.0.0.1:PORT/`` until Ctrl-C (the report needs no server; this is for a
-    browser on another machine through a forwarded port, or one that will not open ``file://`` pages)."""
+def report_server(folder: Path, port: int):
+    """An HTTP server of ``folder`` on ``127.0.0.1:PORT`` (0: a free port), not yet serving."""
     import functools
     import http.server
 
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+    class QuietHandler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
+            pass
+
+    return http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(QuietHandler, directory=str(folder)))
+
+
+def serve_folder(folder: Path, port: int) -> None:
+    """Serve ``folder`` on ``http://127.0.0.1:PORT/`` until Ctrl-C (the report needs no server; this is for a
+    browser on another machine through a forwarded port, or one that will not open ``file://`` pages)."""
+    with report_server(folder, port) as server:
         print(f"serving http://127.0.0.1:{server.server_address[1]}/index.html (Ctrl-C stops)", flush=True)
         try:
             server.serve_forever()

@@ -71,11 +71,12 @@
     const xsAll = [], ysAll = [];
     for (const s of series) s.xs.forEach((x, i) => { if (G.isNum(s.ys[i])) { xsAll.push(x); ysAll.push(s.ys[i]); } });
     for (const s of intervals) for (const p of s.items) { xsAll.push(p.x); ysAll.push(p.y, p.lo, p.hi); }
-    let x0 = Math.min(...xsAll), x1 = Math.max(...xsAll);
+    let [x0, x1] = G.extent(xsAll);
     if (x0 === x1) { x0 -= 1; x1 += 1; }
     if (intervals.length) { const pad = (x1 - x0) * 0.04; x0 -= pad; x1 += pad; }  // interval bars off the axes
-    let y0 = G.isNum(opts.yMin) ? Math.min(opts.yMin, ...ysAll.filter(G.isNum)) : Math.min(...ysAll.filter(G.isNum));
-    let y1 = G.isNum(opts.yMax) ? Math.max(opts.yMax, ...ysAll.filter(G.isNum)) : Math.max(...ysAll.filter(G.isNum));
+    let [y0, y1] = G.extent(ysAll);
+    if (G.isNum(opts.yMin)) y0 = Math.min(opts.yMin, y0);
+    if (G.isNum(opts.yMax)) y1 = Math.max(opts.yMax, y1);
     if (y0 === y1) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
     const padY = (y1 - y0) * 0.06;
     if (!G.isNum(opts.yMin)) y0 -= padY;

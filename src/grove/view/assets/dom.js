@@ -44,6 +44,17 @@
     return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
   };
 
+  // the least and the greatest finite value, or [null, null] (a loop: spreading a long array overflows the stack)
+  G.extent = function (values) {
+    let lo = null, hi = null;
+    for (const v of values) {
+      if (!G.isNum(v)) continue;
+      if (lo === null || v < lo) lo = v;
+      if (hi === null || v > hi) hi = v;
+    }
+    return [lo, hi];
+  };
+
   G.mean = function (values) {
     const v = values.filter(G.isNum);
     return v.length ? v.reduce((a, b) => a + b, 0) / v.length : null;

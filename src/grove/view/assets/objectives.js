@@ -61,7 +61,7 @@
       const hasAdv = items.some((it) => G.isNum(G.rewardValue(it, "sequence advantage")));
       const ranges = columns.map((c) => {
         const v = items.map((it) => (it.rewards || {})[c]).filter(G.isNum);
-        return [Math.min(...v), Math.max(...v)];
+        return G.extent(v);
       });
       const table = G.el("table", { class: "data compact" }, G.el("thead", {}, G.el("tr", {}, G.el("th", {}, "sample"), G.el("th", {}, "group"), columns.map((c) => G.el("th", {}, c)), hasAdv ? G.el("th", {}, "advantage") : null, G.el("th", {}, "completion"))));
       const body = G.el("tbody", {});

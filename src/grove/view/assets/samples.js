@@ -84,7 +84,8 @@
 
   function groupCard(items, ctx) {
     const rewards = items.map((it) => Object.values(it.rewards || {}).reduce((a, b) => a + (G.isNum(b) ? b : 0), 0));
-    const spread = Math.max(...rewards) - Math.min(...rewards);
+    const [low, high] = G.extent(rewards);
+    const spread = high - low;
     const cols = items.map((item) => G.el(
       "div", { class: "group-member" },
       G.el("header", {}, G.el("span", { class: "sample-id" }, item.row !== undefined ? `row ${item.row}` : `#${item.index}`), outcomeBadge(item), rewardChips(item)),

@@ -30,7 +30,8 @@
 
   // a colour per value and a legend for one mode over the records shown together (a shared scale)
   G.tokenScale = function (mode, detailsList) {
-    const values = detailsList.flatMap((d) => (Array.isArray(d[mode]) ? d[mode].filter(G.isNum) : []));
+    const values = [];
+    for (const d of detailsList) if (Array.isArray(d[mode])) for (const v of d[mode]) values.push(v);
     if (mode === "logprob") {
       return {
         colour: (v) => (G.isNum(v) ? tint(RED, 1 - Math.exp(v)) : null),
@@ -38,14 +39,15 @@
       };
     }
     if (mode === "entropy") {
-      const max = Math.max(1e-6, ...values);
+      const max = Math.max(1e-6, G.extent(values)[1] || 0);
       return {
         colour: (v) => (G.isNum(v) ? tint(PURPLE, v / max) : null),
         legend: G.el("div", { class: "legend" }, G.el("b", {}, "entropy of the next-token distribution (nats)"), gradient([tint(PURPLE, 0), tint(PURPLE, 1)], ["0", G.fmt(max)])),
       };
     }
     if (mode === "advantage") {
-      const max = Math.max(1e-6, ...values.map(Math.abs));
+      const [lo, hi] = G.extent(values);
+      const max = Math.max(1e-6, Math.abs(lo || 0), Math.abs(hi || 0));
       return {
         colour: (v) => (G.isNum(v) ? (v < 0 ? tint(RED, -v / max) : tint(BLUE, v / max)) : null),
         legend: G.el("div", { class: "legend" }, G.el("b", {}, "advantage per token"), gradient([tint(RED, 1), tint(RED, 0), tint(BLUE, 1)], ["−" + G.fmt(max), "+" + G.fmt(max)])),
