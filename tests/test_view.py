@@ -397,66 +397,35 @@ def test_compare_matches_agent_items_by_task_id_with_sampled_outcomes(tmp_path):
 # ------------------------------------------------------------------------------------------------- in a browser
 
 
+def _screenshots():
+    """``scripts/viewer_screenshot.py``, whose functions open a report in headless Chromium and picture it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("viewer_screenshot", TESTS.parent / "scripts" / "viewer_screenshot.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+shots = _screenshots()
+open_report = shots.open_report
+javascript_errors = shots.javascript_errors
+
+
 def browser_or_skip():
     """A headless Chromium driven by selenium; skips, saying what is missing, where it cannot start."""
     try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.options import Options
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.skip("selenium is not installed (pip install -e '.[dev]')")
-    binary = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-    driver = shutil.which("chromedriver")
-    if binary is None or driver is None:
-        pytest.skip("Chromium or chromedriver not found (Debian: apt-get install chromium chromium-driver; make test does)")
-    options = Options()
-    options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    try:
-        return webdriver.Chrome(service=Service(driver), options=options)
-    except Exception as exc:  # a browser that is there but will not start
-        pytest.skip(f"Chromium did not start: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        return shots.start_chromium()
+    except shots.NoBrowser as exc:
+        pytest.skip(str(exc))
 
 
-def open_report(browser, index: Path) -> None:
-    browser.get(index.resolve().as_uri())
-    ready = browser.execute_async_script(
-        "const done = arguments[arguments.length - 1], start = Date.now();"
-        "(function wait() { if (window.GROVE_READY) window.GROVE_READY.then(() => done('ready'), (e) => done(String(e)));"
-        " else if (Date.now() - start > 15000) done('timeout'); else setTimeout(wait, 50); })();"
-    )
-    assert ready == "ready", ready
-
-
-def javascript_errors(browser) -> list[str]:
-    return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-
-
-def screenshot(browser, path: Path, selector: str | None = None, hover: str | None = None) -> Path:
-    """The page, or the element ``selector`` (at most 2600 pixels of it), as a PNG, with the pointer over the first
-    ``hover`` element (its tooltip shown); copied to $GROVE_VIEW_SCREENSHOTS when it is set (``make
-    viewer-screenshots`` writes docs/img/viewer*.png so)."""
-    import base64
-
-    top, bottom = browser.execute_script(
-        "document.querySelector('.topbar').style.position = arguments[0] ? 'static' : '';"  # no bar amid a section
-        "const r = arguments[0] ? document.querySelector(arguments[0]).getBoundingClientRect() : null;"
-        "return r ? [r.top + window.scrollY - 16, r.bottom + window.scrollY + 16]"
-        " : [0, document.documentElement.scrollHeight];", selector)
-    browser.execute_script("window.scrollTo(0, arguments[0]); document.getElementById('tooltip').hidden = true;", top)
-    if hover:  # the tooltip is placed in the window: hover after scrolling
-        browser.execute_script(
-            "const t = document.querySelector(arguments[0]), r = t.getBoundingClientRect();"
-            "t.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: r.left + r.width / 2,"
-            " clientY: r.top + r.height / 2}));", hover)
-    shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
-        "captureBeyondViewport": True,
-        "clip": {"x": 0, "y": top, "width": 1400, "height": min(2600, bottom - top), "scale": 1}})
-    path.write_bytes(base64.b64decode(shot["data"]))
+def screenshot(browser, path: Path, selector: str | None = None, hover: str | None = None, publish: bool = True) -> Path:
+    """A picture kept with the test's files and, where ``publish``, copied to $GROVE_VIEW_SCREENSHOTS when it is set
+    (``make viewer-screenshots`` writes docs/img/viewer*.png so)."""
+    shots.capture(browser, path, selector, hover)
     target = os.environ.get("GROVE_VIEW_SCREENSHOTS")
-    if target:
+    if target and publish:
         shutil.copy(path, Path(target) / path.name)
     return path
 
@@ -479,9 +448,7 @@ def test_browser_agent_report(agent_run, tmp_path):
         card = browser.find_element("css selector", "#trajectories .trajectory.open")
         turns = card.find_elements("css selector", ".turn")
         assert turns and turns[0].is_displayed() and "observation" in turns[0].text.lower()
-        browser.execute_script(
-            "const s = document.querySelector('#trajectories .colour-select'); s.value = 'advantage';"
-            "s.dispatchEvent(new Event('change'));")
+        shots.choose(browser, "#trajectories .colour-select", "advantage")
         card = browser.find_element("css selector", "#trajectories .trajectory")
         card.find_element("css selector", ".traj-summary").click()
         coloured = browser.execute_script(
@@ -489,7 +456,7 @@ def test_browser_agent_report(agent_run, tmp_path):
         assert coloured > 0
         assert browser.execute_script("return document.querySelectorAll('#trajectories .tok.untrained').length;") > 0
         assert "advantage per token" in browser.find_element("css selector", "#trajectories .legend-slot").text
-        screenshot(browser, tmp_path / "viewer_agent_overview.png", "#overview")
+        screenshot(browser, tmp_path / "viewer_agent_overview.png", "#overview", publish=False)
         screenshot(browser, tmp_path / "viewer_agent_trajectories.png", "#trajectories", hover="#trajectories .open .tok")
         assert javascript_errors(browser) == []
     finally:
@@ -507,9 +474,7 @@ def test_browser_objectives_report_with_compare(objectives_run, tmp_path):
         open_report(browser, index)
         ids = browser.execute_script("return [...document.querySelectorAll('section.section')].map(s => s.id);")
         assert ids == ["overview", "samples", "objectives", "compare"]
-        browser.execute_script(
-            "const s = document.querySelector('#samples .colour-select'); s.value = 'logprob';"
-            "s.dispatchEvent(new Event('change'));")
+        shots.choose(browser, "#samples .colour-select", "logprob")
         coloured = browser.execute_script("return [...document.querySelectorAll('#samples .tok')].filter(t => t.style.background).length;")
         assert coloured > 0
         assert "probability" in browser.find_element("css selector", "#samples .legend-slot").text
@@ -519,15 +484,13 @@ def test_browser_objectives_report_with_compare(objectives_run, tmp_path):
         tooltip = browser.find_element("id", "tooltip")
         assert tooltip.is_displayed() and "log-prob" in tooltip.text
         screenshot(browser, tmp_path / "viewer_samples.png", "#samples", hover="#samples article.sample:nth-child(2) .tok")
-        browser.execute_script(
-            "const s = document.querySelector('#samples select[aria-label=view]'); s.value = 'groups';"
-            "s.dispatchEvent(new Event('change'));")
+        shots.choose(browser, "#samples select[aria-label=view]", "groups")
         assert browser.execute_script("return document.querySelectorAll('#samples .group-grid .group-member').length;") >= 3
         assert "has_seven" in browser.find_element("id", "objectives").text
         compare = browser.find_element("id", "compare").text
         assert "matched by prompt" in compare and "both right" in compare
         screenshot(browser, tmp_path / "viewer_objectives.png", "#objectives")
-        screenshot(browser, tmp_path / "viewer_compare.png", "#compare")
+        screenshot(browser, tmp_path / "viewer_compare.png", "#compare", publish=False)
         assert javascript_errors(browser) == []
     finally:
         browser.quit()
@@ -535,13 +498,16 @@ def test_browser_objectives_report_with_compare(objectives_run, tmp_path):
 
 def test_browser_opens_a_run_of_10000_samples_within_2_seconds(tmp_path):
     """10,000 samples over 500 steps (the default limits keep 100 steps): the page is drawn, with its first step's
-    samples, less than 2 s after navigation starts; the next step's page loads on demand."""
+    samples, less than 2 s after navigation starts (on a machine whose load is at most its core count; the bound
+    grows with the load beyond that); it has read the overview and one page; the next step's page loads on
+    demand."""
     browser = browser_or_skip()
     try:
         index = build_report(big_run(tmp_path, steps=500, per_step=20), tmp_path / "view")
+        load = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
         open_report(browser, index)
         elapsed_ms = browser.execute_script("return performance.now();")
-        assert elapsed_ms < 2000, elapsed_ms
+        assert elapsed_ms < 2000 * load, f"{elapsed_ms:.0f} ms at a load of {load:.1f} per core"
         assert browser.execute_script("return document.querySelectorAll('#samples article.sample').length;") == 20
         loaded = browser.execute_script("return [...document.scripts].filter(s => s.src.includes('/pages/')).length;")
         assert loaded == 1
