@@ -76,7 +76,8 @@ def single_turn_training(
     """Training completions per step. A ``samples.jsonl`` line is the step's row of its position (the trainer
     writes the batch's first rows); a token-details record joins the row of its ``row`` when their prompts agree,
     and a recorded row that ``samples.jsonl`` lacks is shown from its token details alone (its text the tokens
-    joined). ``group``: the token details' group, else the order in which the step's prompts first appear."""
+    joined). ``group``: the token details' group, else numbered by the order in which the step's prompts first appear
+    (after the recorded groups' numbers)."""
     logged = _by_step(samples)
     detailed = _details_by(details, "row")
     out: dict[int, list[dict[str, Any]]] = {}
@@ -85,8 +86,7 @@ def single_turn_training(
         detail_rows = detailed.get(step, {})
         used: set[Any] = set()
         for index, sample in enumerate(logged.get(step, [])):
-            record = {k: v for k, v in sample.items()}
-            record["row"] = index
+            record = {**sample, "row": index}
             match = detail_rows.get(index)
             if match and match[0].get("prompt") in (None, sample.get("prompt")):
                 record["details"] = token_view(match[0], max_tokens)
@@ -102,10 +102,12 @@ def single_turn_training(
                     "completion": "".join(str(t) for t in d.get("tokens") or []), "rewards": d.get("rewards") or {},
                     "details": token_view(d, max_tokens), "from_token_details": True,
                 })
+        recorded = [r["group"] for r in rows if isinstance(r.get("group"), int)]
+        first_free = max(recorded, default=-1) + 1  # a group by prompt never takes a recorded group's number
         prompts: dict[Any, int] = {}
         for record in rows:
             if record.get("group") is None:
-                record["group"] = prompts.setdefault(record.get("prompt"), len(prompts))
+                record["group"] = first_free + prompts.setdefault(record.get("prompt"), len(prompts))
         rows.sort(key=lambda r: (r["row"] is None, r["row"] if r["row"] is not None else 0))
         out[step] = [clipped(r, max_text_chars) for r in rows]
     return out
