@@ -157,6 +157,7 @@
         state.view = "list";
       }
       const modes = G.tokenModes(items.flatMap(detailsOf));
+      if (!modes.some(([mode]) => mode === state.mode)) state.mode = "plain";  // this step lacks that series
       if (modes.length > 1) {
         parts.push(G.el("label", {}, "colour tokens by ", G.select(modes, state.mode, (v) => { state.mode = v; drawList(); }, { "aria-label": "colour tokens by", class: "colour-select" })));
       } else {
