@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.grove-installed
 RUN    ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-cache-dir
 
-.PHONY: install demo test test-fast lint docs clean
+.PHONY: install browser demo test test-fast lint docs viewer-screenshots clean
 
 # torch first (the local CPU build), so nothing later pulls a CUDA build; then grove and its deps (no pip cache:
 # the wheels are not kept twice on a small disk);
@@ -31,7 +31,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/grove train examples/arithmetic.yaml --set output_dir=$(RUN)
 
-test: $(STAMP)
+# best effort (root with apt only): Debian's chromium and chromedriver for grove view's browser test, which skips
+# (saying why) without them
+browser:
+	-@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; } || true
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)
@@ -43,6 +48,10 @@ lint: $(STAMP)
 # regenerate the component and preset tables of docs/algorithms.md from the registries (tests check they are current)
 docs: $(STAMP)
 	$(PY) scripts/docs_tables.py
+
+# the screenshots of grove view's report in docs/img/viewer*.png, from the browser test's tiny runs
+viewer-screenshots: $(STAMP) browser
+	GROVE_VIEW_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_view.py -k browser
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

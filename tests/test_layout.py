@@ -26,6 +26,7 @@ ALLOWED = {
     "envs": {"knowledge", "registry", "user_code"},
     "sft": {"batch", "config", "rollout"},
     "demos": {"config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
+    "view": {"infra"},
     "experience": {
         "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",
         "rollout", "tasks", "user_code",

@@ -1,4 +1,4 @@
-"""The ``grove`` command line: train, eval, config show, plot, export."""
+"""The ``grove`` command line: train, sft, demos, eval, config show, plot, view, export."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from grove.command_failures import (
 )
 from grove.config import ConfigError, GroveConfig, dump_config, load_config
 from grove.evaluation.stats import describe_sampled
+from grove.view.view_command import view as view_run
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Group-relative RL for language models.")
 config_app = typer.Typer(no_args_is_help=True, help="Inspect configurations.")
@@ -501,6 +502,9 @@ def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> N
         _fail(str(exc))
     for p in paths:
         console.print(str(p))
+
+
+app.command("view")(view_run)  # the command's body lives in grove/view/view_command.py
 
 
 @app.command()
