@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from tests.tiny_runs import TESTS, copy_run, records, run_config
+from transformers import AutoTokenizer
 
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, load_config
@@ -318,6 +319,28 @@ def test_the_trainer_records_steps_1_and_every_multiple_from_the_trained_batch(t
             assert len(rec["entropy"]) == n and rec["rewards"].keys() == {"char_count"}
 
 
+def test_sample_row_names_the_collected_sample_under_sample_selection(tiny_model, tmp_path):
+    """With D^3S sample selection the trained batch's rows are a subset of the collected ones: ``sample_row`` is
+    the collected row, so the record's prompt and tokens are those of samples.jsonl's completion at that position."""
+    out = tmp_path / "selected"
+    extra = {"logging.token_details": "{every: 1, max_samples: 16}", "train.prompts_per_step": 3,
+             "logging.samples_per_step": 100, "train.skip_zero_advantage": False,
+             "selection.samples": "{ratio: 0.5, scope: group, min_per_group: 2}"}
+    Trainer(run_config(tiny_model, out, 2, **extra), out).run()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    written = _read(out / "token_details.jsonl")
+    samples = _read(out / "samples.jsonl")
+    assert written
+    moved = 0
+    for rec in written:
+        collected = [s for s in samples if s["step"] == rec["step"]]
+        sample = collected[rec["sample_row"]]
+        assert sample["prompt"] in rec["prompt"]
+        assert tokenizer.decode(rec["token_ids"], skip_special_tokens=True).strip() == sample["completion"].strip()
+        moved += rec["sample_row"] != rec["row"]
+    assert moved, "selection kept the first rows only: the test shows nothing"
+
+
 def test_off_writes_nothing_and_recording_leaves_training_unchanged(tiny_model, tmp_path):
     runs = {}
     for every in (0, 1):
@@ -365,6 +388,8 @@ def test_an_agent_conversation_records_environment_tokens_out_of_the_loss(tiny_m
         assert any(rec["entropy"][i] > 0 for i, m in enumerate(rec["loss_mask"]) if m)
     assert len({r["group"] for r in written}) >= 1 and all(r["anchor"] is None or isinstance(r["anchor"], int)
                                                              for r in written)
+    ids = {s["trajectory_id"] for s in _read(out / "samples.jsonl")}
+    assert {r["trajectory"] for r in written} <= ids  # each record joins its trajectory in samples.jsonl
 
 
 def test_the_run_logger_writes_token_details_and_reports_a_failed_write(tmp_path):

@@ -541,3 +541,22 @@ def test_serve_serves_the_report_folder(tmp_path):
         finally:
             server.shutdown()
     assert "<title>grove view · big</title>" in page and script_json(data)["run"]["name"] == "big"
+
+
+def test_token_details_join_their_sample_by_collected_row_and_trajectory_id():
+    """A record joins the samples.jsonl completion at its ``sample_row`` (not its trained-batch ``row``, which sample
+    selection shifts) and the trajectory whose ``trajectory_id`` is its ``trajectory`` (not a position)."""
+    from grove.view.sample_records import agent_training, single_turn_training
+
+    samples = [{"step": 1, "prompt": "p", "completion": f"c{i}", "rewards": {}} for i in range(4)]
+    detail = {"step": 1, "row": 0, "sample_row": 2, "group": 0, "prompt": "p", "tokens": ["c", "2"],
+              "logprob": [0.0, 0.0], "entropy": [0.0, 0.0], "advantage": [1.0, 1.0], "loss_mask": [1, 1],
+              "kept": None, "sequence_advantage": 1.0}
+    rows = single_turn_training(samples, [detail], 1000, 100)[1]
+    assert [r["completion"] for r in rows if "details" in r] == ["c2"]
+
+    episodes = [{"step": 1, "group": 1, "trajectory_id": 5, "trajectory": []},
+                {"step": 1, "group": 1, "trajectory_id": 7, "trajectory": []}]
+    agent_detail = {**detail, "trajectory": 7, "turn": 0}
+    rows = agent_training(episodes, [agent_detail], 1000, 100)[1]
+    assert [r["trajectory_id"] for r in rows if "details" in r] == [7] and len(rows) == 2

@@ -159,7 +159,8 @@ class EnvironmentSource:
         batch, scores = with_advantages(batch, scores, self.ctx.advantage_fn, self.ctx.advantage_params, stats)
         stats.update(episode_stats)
         keep = self.ctx.cfg.logging.samples_per_step
-        samples = [t.record() for t in kept[:keep]]
+        # the batch's trajectory_index, so token_details.jsonl joins its trajectory (grove view)
+        samples = [{**t.record(), "trajectory_id": t.group * self.group_size + t.slot} for t in kept[:keep]]
         return StepExperience(
             batch,
             scores,

@@ -5,12 +5,14 @@ groups in batch order, at most ``max_samples`` rows: :func:`chosen_rows`) is wri
 what the update saw at it: the old (behaviour) log-prob, the policy's entropy, the advantage, the loss mask and the
 tokens D^3S token selection kept. One JSON object per sample::
 
-    {"step": 3, "row": 0, "group": 0, "trajectory": 0, "turn": 0, "anchor": null,
+    {"step": 3, "row": 0, "sample_row": 0, "group": 0, "trajectory": 0, "turn": 0, "anchor": null,
      "prompt": "...", "token_ids": [...], "tokens": [...],
      "logprob": [...], "entropy": [...], "advantage": [...], "loss_mask": [1, ...], "kept": [1, ...] | null,
      "rewards": {"name": 1.0}, "sequence_advantage": 0.5}
 
-* ``row``: the sample's index in this rank's trained batch (after sample selection); ``turn``: the batch's
+* ``row``: the sample's index in this rank's trained batch (after sample selection); ``sample_row``: its index in
+  the step's collected batch (before selection: the order of ``samples.jsonl``'s completions); ``trajectory``: the
+  batch's ``trajectory_index`` (an agent sample's ``trajectory_id`` in ``samples.jsonl``); ``turn``: the batch's
   ``step_index`` (the agent turn, 0 single-turn); ``anchor``: ``anchor_index`` or null.
 * The lists have one entry per response token up to the last one that is not padding. ``tokens`` holds each
   token decoded alone. Environment tokens inside an agent's growing conversation have ``loss_mask`` 0 and log-prob
@@ -141,9 +143,12 @@ def token_details_records(
     entropy: Tensor,
     kept: Tensor | None,
     tokenizer: Any,
+    sample_rows: Tensor | None = None,
 ) -> list[Record]:
-    """The JSON-ready records of ``samples`` (rows ``rows`` of the trained batch) with their entropies
-    ``[k, R]`` and kept mask ``[k, R]`` (or ``None``); the format is the module's docstring."""
+    """The JSON-ready records of ``samples`` (rows ``rows`` of the trained batch, ``sample_rows`` of the step's
+    collected batch; the same when not given) with their entropies ``[k, R]`` and kept mask ``[k, R]`` (or
+    ``None``); the format is the module's docstring."""
+    sample_rows = rows if sample_rows is None else sample_rows
     lengths = _response_lengths(samples.response_mask).tolist()
     token_ids = [row[:n] for row, n in zip(samples.response_ids.tolist(), lengths, strict=True)]
     prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(samples.prompt_ids, samples.prompt_mask, strict=True)]
@@ -161,12 +166,12 @@ def token_details_records(
     sequence_advantage = _finite_or_none(round_significant(row_mean(samples.advantages, samples.loss_mask)).tolist())
     anchors = samples.anchor_index.tolist() if samples.anchor_index is not None else [None] * samples.num_samples
     records = []
-    for i, (row, group, trajectory, turn) in enumerate(
-        zip(rows.tolist(), samples.group_index.tolist(), samples.trajectory_index.tolist(),
+    for i, (row, sample_row, group, trajectory, turn) in enumerate(
+        zip(rows.tolist(), sample_rows.tolist(), samples.group_index.tolist(), samples.trajectory_index.tolist(),
             samples.step_index.tolist(), strict=True)
     ):
         records.append({
-            "step": step, "row": row, "group": group, "trajectory": trajectory, "turn": turn, "anchor": anchors[i],
+            "step": step, "row": row, "sample_row": sample_row, "group": group, "trajectory": trajectory, "turn": turn, "anchor": anchors[i],
             "prompt": prompts[i], "token_ids": token_ids[i], "tokens": tokens[i],
             **{name: values[i] for name, values in per_token.items()},
             "loss_mask": loss_mask[i], "kept": None if kept_rows is None else kept_rows[i],
@@ -184,6 +189,7 @@ class StepTokenDetails:
 
     step: int = 0
     rows: Tensor | None = None  # rows of the trained batch; None: nothing recorded this step
+    sample_rows: Tensor | None = None  # the same rows' indices in the step's collected batch
     samples: RolloutBatch | None = None
     entropy: Tensor | None = None
     trained_tokens: TrainedTokens | None = None  # None: token selection off (kept is null)
@@ -199,7 +205,9 @@ class StepTokenDetails:
         start = time.perf_counter()
         trained = self.trained_tokens
         kept = trained.mask if trained is not None and trained.filled else None
-        self.sink(token_details_records(self.step, self.rows, self.samples, self.entropy, kept, self.tokenizer))
+        self.sink(token_details_records(
+            self.step, self.rows, self.samples, self.entropy, kept, self.tokenizer, self.sample_rows
+        ))
         return {"token_details_seconds": self.seconds + time.perf_counter() - start}
 
 
@@ -216,9 +224,12 @@ class TokenDetailsRecorder:
         self.tokenizer = tokenizer
         self.sink = sink
 
-    def capture(self, step: int, model: torch.nn.Module, batch: RolloutBatch) -> StepTokenDetails:
+    def capture(
+        self, step: int, model: torch.nn.Module, batch: RolloutBatch, source_rows: Tensor | None = None
+    ) -> StepTokenDetails:
         """Before the update, on a recorded step: choose the rows and compute their entropies under the policy that
-        is about to be updated; on other steps an empty :class:`StepTokenDetails`."""
+        is about to be updated; on other steps an empty :class:`StepTokenDetails`. ``source_rows``: each row's
+        index in the step's collected batch (the rows themselves when not given)."""
         if not records_on_step(step, self.every):
             return StepTokenDetails()
         start = time.perf_counter()
@@ -226,6 +237,7 @@ class TokenDetailsRecorder:
         samples = batch.select(rows)
         entropy = token_entropy(model, samples, self.parts)
         trained = TrainedTokens.for_rows(rows, batch) if self.parts.token_selection is not None else None
+        sample_rows = rows if source_rows is None else source_rows[rows]
         return StepTokenDetails(
-            step, rows, samples, entropy, trained, self.tokenizer, self.sink, time.perf_counter() - start
+            step, rows, sample_rows, samples, entropy, trained, self.tokenizer, self.sink, time.perf_counter() - start
         )

@@ -225,17 +225,19 @@ class Trainer:
         )
         return selected.batch, selected.rows, selected.metrics
 
-    def _own_rows(self, batch: RolloutBatch, rows: torch.Tensor, local_rows: torch.Tensor | None) -> RolloutBatch:
-        """The part of the step's (selected) batch this rank generated and trains on."""
+    def _own_rows(
+        self, batch: RolloutBatch, rows: torch.Tensor, local_rows: torch.Tensor | None
+    ) -> tuple[RolloutBatch, torch.Tensor]:
+        """The part of the step's (selected) batch this rank generated and trains on, and its rows in ``exp.batch``."""
         if local_rows is None or not self.world.distributed:
-            return batch
+            return batch, rows
         own = torch.isin(rows, local_rows).nonzero().flatten()
         if own.numel() == 0:
             raise RuntimeError(
                 f"{self.world.label}: sample selection kept none of this rank's rollouts; raise "
                 "selection.samples.ratio or min_per_group, or use selection.samples.scope: group"
             )
-        return batch.select(own)
+        return batch.select(own), rows[own]
 
     def train_step(self) -> dict[str, float]:
         cfg = self.cfg
@@ -251,7 +253,7 @@ class Trainer:
         batch, weighting_stats = apply_trajectory_weighting(batch, cfg.algorithm.trajectory_weighting)
         trained_samples = batch.num_samples  # over all ranks
         nonfinite_advantages = nonfinite_advantage_trajectories(batch)
-        batch = self._own_rows(batch, kept_rows, exp.local_rows)
+        batch, source_rows = self._own_rows(batch, kept_rows, exp.local_rows)
         t_train = time.perf_counter()
         if self.schedule.recompute_old_logprobs:
             with autocast(cfg.train.precision, self.world.device):
@@ -264,7 +266,7 @@ class Trainer:
             entropy=self.entropy_controller.active_coef(),
             token_keep_ratio=self._keep_ratio(cfg.selection.tokens),
         )
-        token_details = self.token_details.capture(self.step, self.model, batch)  # before the update changes the policy
+        token_details = self.token_details.capture(self.step, self.model, batch, source_rows)  # before the update
         if nonfinite_advantages:  # the guard of docs/reliability.md: no update from these advantages
             update = {"skipped_optimizer_steps": float(self.schedule.ppo_epochs * self.schedule.mini_batches)}
         else:

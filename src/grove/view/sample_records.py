@@ -55,10 +55,12 @@ def token_view(detail: dict[str, Any], max_tokens: int) -> dict[str, Any]:
     return view
 
 
-def _details_by(details: list[dict[str, Any]] | None, key: str) -> dict[int, dict[Any, list[dict]]]:
-    """Token details per step, then per ``key`` (``row`` or ``trajectory``)."""
+def _details_by(details: list[dict[str, Any]] | None, *keys: str) -> dict[int, dict[Any, list[dict]]]:
+    """Token details per step, then per the first of ``keys`` the record has (``sample_row``, else ``row``; or
+    ``trajectory``)."""
     out: dict[int, dict[Any, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for d in details or []:
+        key = next((k for k in keys if k in d), keys[-1])
         out[d["step"]][d.get(key)].append(d)
     return out
 
@@ -73,13 +75,14 @@ def _by_step(samples: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
 def single_turn_training(
     samples: list[dict[str, Any]], details: list[dict[str, Any]] | None, max_text_chars: int, max_tokens: int
 ) -> dict[int, list[dict[str, Any]]]:
-    """Training completions per step. A ``samples.jsonl`` line is the step's row of its position (the trainer
-    writes the batch's first rows); a token-details record joins the row of its ``row`` when their prompts agree,
+    """Training completions per step. A ``samples.jsonl`` line is the step's collected row of its position (the
+    trainer writes the batch's first rows); a token-details record joins the row of its ``sample_row`` (its index in
+    the collected batch; ``row`` in files that lack it) when their prompts agree,
     and a recorded row that ``samples.jsonl`` lacks is shown from its token details alone (its text the tokens
     joined). ``group``: the token details' group, else numbered by the order in which the step's prompts first appear
     (after the recorded groups' numbers)."""
     logged = _by_step(samples)
-    detailed = _details_by(details, "row")
+    detailed = _details_by(details, "sample_row", "row")
     out: dict[int, list[dict[str, Any]]] = {}
     for step in sorted(set(logged) | set(detailed)):
         rows: list[dict[str, Any]] = []
@@ -116,24 +119,29 @@ def single_turn_training(
 def agent_training(
     samples: list[dict[str, Any]], details: list[dict[str, Any]] | None, max_text_chars: int, max_tokens: int
 ) -> dict[int, list[dict[str, Any]]]:
-    """Training trajectories per step, each with the token details of its ``trajectory`` index (the step's
-    trajectories in ``samples.jsonl`` order): per turn (per-step prompts) or one conversation whose environment
-    tokens are not trained on. Token details of a trajectory ``samples.jsonl`` lacks are shown on their own."""
+    """Training trajectories per step, each with the token details whose ``trajectory`` is its ``trajectory_id``
+    (the batch's trajectory index; files without it: the step's trajectories in ``samples.jsonl`` order): per turn
+    (per-step prompts) or one conversation whose environment tokens are not trained on. Token details of a
+    trajectory ``samples.jsonl`` lacks are shown on their own."""
     logged = _by_step(samples)
     detailed = _details_by(details, "trajectory")
     out: dict[int, list[dict[str, Any]]] = {}
     for step in sorted(set(logged) | set(detailed)):
         rows = []
         detail_rows = detailed.get(step, {})
+        joined: set[Any] = set()
         for index, sample in enumerate(logged.get(step, [])):
             record = {**sample, "index": index}
-            if index in detail_rows:
-                record["details"] = [token_view(d, max_tokens) for d in detail_rows[index]]
+            key = sample.get("trajectory_id", index)
+            if key in detail_rows:
+                record["details"] = [token_view(d, max_tokens) for d in detail_rows[key]]
+                joined.add(key)
             rows.append(record)
-        for index in sorted(k for k in detail_rows if k is not None and k >= len(logged.get(step, []))):
-            found = detail_rows[index]
+        for trajectory_id in sorted(k for k in detail_rows if k is not None and k not in joined):
+            found = detail_rows[trajectory_id]
             rows.append({
-                "step": step, "index": index, "group": found[0].get("group"), "trajectory": [],
+                "step": step, "index": len(rows), "trajectory_id": trajectory_id, "group": found[0].get("group"),
+                "trajectory": [],
                 "details": [token_view(d, max_tokens) for d in found], "from_token_details": True,
             })
         out[step] = [clipped(r, max_text_chars) for r in rows]
