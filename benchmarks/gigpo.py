@@ -44,6 +44,7 @@ from seeded_runs import (
     add_calibrate_command,
     add_run_command,
     comparison_parser,
+    finished,
     read_jsonl,
     runs_by_variant,
     save_figure,
@@ -221,9 +222,12 @@ def report(dirs: list[Path], png: Path | None, level: float = 0.45, baseline: st
     lines: list[str] = []
     panels = []
     for d in dirs:
-        runs = runs_by_variant(d, lambda r: (r / "metrics.jsonl").exists())
+        runs = runs_by_variant(d)  # finished runs: a run still under way would show its early steps as its result
+        unfinished = [r for rs in runs_by_variant(d, lambda r: not finished(r)).values() for r in rs]
         panels.append((d.name, runs))
         lines += training_table(d.name, runs)
+        if unfinished:
+            lines += ["", f"Not finished (left out; `run` resumes them): {', '.join(r.name for r in unfinished)}"]
         if runs and all(evaluation_steps(r) for rs in runs.values() for r in rs):
             lines += ["", *held_out_tables(d.name, runs, level, baseline), ""]
     if png is not None:

@@ -85,6 +85,7 @@ def test_gigpo_benchmark_calibrate_and_report_on_a_tiny_model(tmp_path, monkeypa
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (run / "eval.jsonl").write_text(json.dumps({"step": 0, "accuracy": 0.0}) + "\n"
                                         + json.dumps({"step": 3, "accuracy": 0.5}) + "\n")
+        (run / "summary.json").write_text("{}")
     png = tmp_path / "g.png"
     monkeypatch.setattr(sys, "argv", ["gigpo.py", "report", str(tmp_path / "bench"), "--png", str(png)])
     runpy.run_path(str(BENCHMARKS / "gigpo.py"), run_name="__main__")
@@ -120,6 +121,13 @@ def test_gigpo_report_held_out_intervals_by_hand(tmp_path, monkeypatch, capsys) 
             (run / "eval.jsonl").write_text("".join(json.dumps({"step": s, "accuracy": 0.25}) + "\n" for s in (0, 2)))
             _write_held_out(run, 0, [True, False, False, False], [[True, False], [False, False], [False] * 2, [False] * 2])
             _write_held_out(run, 2, [i in wins for i in range(4)], [[i in wins] * 2 for i in range(4)])
+            (run / "summary.json").write_text("{}")
+    # a run still under way: its last evaluation is the warm start's, so it must not count as a result
+    under_way = tmp_path / "bench" / "gigpo-seed2"
+    under_way.mkdir()
+    (under_way / "metrics.jsonl").write_text(json.dumps({"step": 1, "success_rate": 0.0, "step_seconds": 2.0}) + "\n")
+    (under_way / "eval.jsonl").write_text(json.dumps({"step": 0, "accuracy": 0.25}) + "\n")
+    _write_held_out(under_way, 0, [False] * 4, [[False] * 2] * 4)
     runs = {m: [held_out(tmp_path / "bench" / f"{m}-seed{s}") for s in (0, 1)] for m in ("episode_grpo", "gigpo")}
     assert pooled(runs["gigpo"], "sampled").accuracy == 0.5 and pooled(runs["gigpo"], "sampled").samples == 4
     diff = paired_difference(runs["gigpo"], runs["episode_grpo"], "sampled")
@@ -143,6 +151,7 @@ def test_gigpo_report_held_out_intervals_by_hand(tmp_path, monkeypatch, capsys) 
     assert "| episode_grpo | 0 | 25% (" in text and "| not reached |" in text
     assert "gigpo − episode_grpo, sampled: paired by item +25.0 points" in text
     assert "across seeds +25.0 (95% CI +25.0 to +25.0; seeds +25, +25)" in text
+    assert "Not finished (left out; `run` resumes them): gigpo-seed2" in text
 
 
 def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
