@@ -12,7 +12,7 @@ from grove.experience.conversation import ConversationPrompter
 from grove.experience.episodes import Turn, run_episodes
 from grove.experience.per_step_prompts import PerStepPrompter
 from grove.experience.trajectory_batch import trajectories_to_batch
-from grove.models.forward import response_logprobs
+from grove.models.logprob_module import response_logprobs
 from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from grove.cli import app
 from grove.config import load_config
-from grove.models.forward import response_logprobs
+from grove.models.logprob_module import response_logprobs
 from grove.models.pretrained import load_policy
 from grove.models.tiny import create_tiny_model_dir
 from grove.training.trainer import Trainer

@@ -106,7 +106,7 @@ def _update(model, batch, token_selection, ratio, micro):
 def test_token_selection_equals_training_on_the_selected_mask(policy, rollout_batch, scope, micro):
     """Selecting the top |A|·H tokens inside the update = an update whose loss mask is those tokens
     (entropy from the same forward), normalised by their count."""
-    from grove.models.forward import response_logprobs
+    from grove.models.logprob_module import response_logprobs
     from grove.pipeline.downsampling import select_loss_tokens
 
     model = policy[0]

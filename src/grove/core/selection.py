@@ -197,7 +197,7 @@ def token_scores(advantages: Tensor, entropy: Tensor) -> Tensor:
     """D^3S token priority ``|A_{i,t}| * H_{i,t}`` ``[N, R]``, detached (a selection key, not a loss).
 
     ``H_{i,t}`` is the policy entropy at the token (e.g. from
-    :func:`grove.core.output_projection.token_logprobs_and_entropy`): tokens where the policy is both
+    :func:`grove.kernels.output_projection.token_logprobs_and_entropy`): tokens where the policy is both
     uncertain and carries a large advantage come first.
     """
     if advantages.shape != entropy.shape:

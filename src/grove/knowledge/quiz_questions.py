@@ -39,7 +39,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from grove.knowledge.passages import build_knowledge_base
+from grove.knowledge.knowledge_base_builds import build_knowledge_base
 from grove.knowledge.routing_question_types import DEFAULT_KB_IDS, GoldStep, RoutingQuestion, route_of
 from grove.knowledge.text_match import contains_answer, normalize_answer
 

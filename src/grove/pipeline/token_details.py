@@ -46,7 +46,7 @@ from torch import Tensor
 from grove.batch import RolloutBatch
 from grove.core.token_ops import row_mean
 from grove.infra.precision import autocast
-from grove.models.forward import response_logprobs
+from grove.models.logprob_module import response_logprobs
 from grove.pipeline.update import LossComponents, TrainedTokens
 
 __all__ = [

@@ -51,16 +51,16 @@ from torch import Tensor
 from grove.batch import RolloutBatch
 from grove.core.aggregation import AggregationScale, SequenceCount
 from grove.core.losses import PolicyLossFn, PolicyLossInput
-from grove.core.output_projection import (
+from grove.distributed.strategies import Strategy
+from grove.distributed.world import World
+from grove.infra.precision import autocast
+from grove.kernels.output_projection import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CHUNK_SIZE,
     accumulating_weight_gradient_in_place,
     reusing_weight_casts,
 )
-from grove.distributed.strategies import Strategy
-from grove.distributed.world import World
-from grove.infra.precision import autocast
-from grove.models.forward import response_logprobs
+from grove.models.logprob_module import response_logprobs
 from grove.pipeline.downsampling import (
     TokenSelection,
     select_loss_tokens,
@@ -84,7 +84,7 @@ class LossComponents:
     max_response_length: int
     chunk_size: int = DEFAULT_CHUNK_SIZE
     logit_cache_bytes: int = DEFAULT_CACHE_BYTES  # softmax of a micro-batch kept for backward up to this size
-    forward: str = "padded"  # training-forward layout: "packed" | "shared_prefix" | "padded" (grove.models.forward)
+    forward: str = "padded"  # training-forward layout: "packed" | "shared_prefix" | "padded" (grove.models.forward_layouts)
     precision: str = "fp32"  # "bf16": forward under bfloat16 autocast
     token_selection: TokenSelection | None = None  # D^3S token-level down-sampling (grove.pipeline.downsampling)
     sequence_count: SequenceCount = "all_rows"  # which rows the seq_mean_* aggregations count (grove.core.aggregation)

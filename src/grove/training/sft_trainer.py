@@ -34,7 +34,7 @@ from grove.infra.precision import autocast
 from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
 from grove.infra.runtime import configure_runtime
-from grove.models.lora import export_merged
+from grove.models.merged_export import export_merged
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
 from grove.rollout.engine import context_length
