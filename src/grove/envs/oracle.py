@@ -21,7 +21,7 @@ A minimal user environment::
 
 What the built-in oracles optimise:
 
-* ``frozenlake``, ``cliffwalking``, ``taxi`` (:mod:`grove.envs.toy_text`): planned on gymnasium's transition
+* ``frozenlake``, ``cliffwalking``, ``taxi`` (:mod:`grove.envs.transition_table_plans`): planned on gymnasium's transition
   table ``P[state][action]``. Deterministic variants: a shortest path to the goal by breadth-first search that
   never steps into a hole (FrozenLake) or onto the cliff (CliffWalking); Taxi's shortest path to a successful
   drop-off. Slippery / rainy variants: finite-horizon value iteration on gymnasium's reward over the steps left
