@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from pydantic import ValidationError
-from tests.test_pipeline_collect import ScriptedEngine, make_source
+from tests.test_pipeline_collect import ScriptedEngine, collect_experience, make_source
 from tests.test_pipeline_collect import settings as collect_settings
 
 import grove.builtin_components  # noqa: F401
@@ -23,7 +23,6 @@ from grove.envs.actions import ParsedAction
 from grove.envs.base import EnvironmentSuite, Observation, Transition
 from grove.experience.episodes import run_episodes
 from grove.experience.per_step_prompts import PerStepPrompter
-from grove.pipeline.collect import collect_experience
 from grove.rewards.scoring import (
     RewardFunctionError,
     RewardLoadError,

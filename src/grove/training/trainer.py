@@ -36,14 +36,20 @@ from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
 from grove.infra.runtime import configure_runtime, release_host_memory
 from grove.pipeline.coefficients import EntropyController, KLController
-from grove.pipeline.collect import KLInReward
+from grove.pipeline.credit import CreditAssignment, KLInReward
 from grove.pipeline.downsampling import SampleSelection, TokenSelection, select_rollouts
 from grove.pipeline.rollout_correction import apply_rollout_correction
 from grove.pipeline.step_metrics import step_metrics
 from grove.pipeline.token_details import TokenDetailsRecorder
 from grove.pipeline.trajectory_weighting import apply_trajectory_weighting
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
-from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from grove.registry import (
+    ADVANTAGE_ESTIMATORS,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    POLICY_LOSSES,
+    REWARD_AGGREGATORS,
+)
 from grove.rollout.hf_engine import TransformersEngine
 from grove.training.nonfinite_guard import NonFiniteGuard, nonfinite_advantage_trajectories
 from grove.training.optim import build_optimizer
@@ -125,17 +131,19 @@ class Trainer:
         self.advantage_fn = ADVANTAGE_ESTIMATORS.get(a.advantage.id)
         self.advantage_params = a.advantage.validated(ADVANTAGE_ESTIMATORS)
         self.source = build_experience_source(
-            SourceContext(
-                cfg=cfg,
-                engine=self.engine,
-                tokenizer=self.tokenizer,
-                generator=self.generator,
-                advantage_fn=self.advantage_fn,
-                advantage_params=self.advantage_params,
-                reference=self.models.reference_logprobs(self.loss_parts.forward, self.loss_parts.temperature),
-                kl_in_reward=self._kl_in_reward,
-                world=self.world,
-            )
+            SourceContext(cfg=cfg, engine=self.engine, tokenizer=self.tokenizer, generator=self.generator,
+                          world=self.world)
+        )
+        self.credit = CreditAssignment(
+            advantage_fn=self.advantage_fn,
+            advantage_params=self.advantage_params,
+            aggregator=REWARD_AGGREGATORS.get(a.reward_aggregation.id),
+            aggregator_params=a.reward_aggregation.validated(REWARD_AGGREGATORS),
+            reference=self.models.reference_logprobs(self.loss_parts.forward, self.loss_parts.temperature),
+            kl_in_reward=self._kl_in_reward,
+            world=self.world,
+            pad_token_id=self.engine.pad_token_id,
+            samples_per_step=cfg.logging.samples_per_step,
         )
         self.kl_controller = KLController(a.kl.coef, a.kl.adaptive, a.kl.target, a.kl.horizon)
         self.entropy_controller = EntropyController(
@@ -245,7 +253,7 @@ class Trainer:
         self.model.eval()
         kl = cfg.algorithm.kl
         with autocast(cfg.train.precision, self.world.device):
-            exp = self.source.collect(self.step)
+            exp = self.credit(self.source.collect(self.step))
         fault_points.reached("generation", self.step)
         self.models.release_generation_weights()  # the update runs without the generation copy
         release_host_memory()  # generation's freed KV cache goes back to the OS before the update
