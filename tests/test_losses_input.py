@@ -92,7 +92,6 @@ def test_update_fills_every_field_for_the_loss(policy, batch):
         assert torch.equal(inputs.mask, batch.loss_mask[idx, :width])
         assert torch.equal(inputs.group_index, batch.group_index[idx])
         assert torch.equal(inputs.step_index, batch.step_index[idx])
-        assert inputs.anchor_index is None
 
 
 def test_micro_batches_run_largest_first(policy, batch):

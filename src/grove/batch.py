@@ -132,7 +132,6 @@ class RolloutBatch:
     trajectory_index: Tensor
     step_index: Tensor
     truncated: Tensor
-    anchor_index: Tensor | None = None
     ref_logprobs: Tensor | None = None
     rollout_logprobs: Tensor | None = None
     correction_weights: Tensor | None = None
@@ -170,7 +169,6 @@ class RolloutBatch:
             "trajectory_index": self.trajectory_index,
             "step_index": self.step_index,
             "truncated": self.truncated,
-            "anchor_index": self.anchor_index,
             "baseline_scores": self.baseline_scores,
             "sample_weights": self.sample_weights,
         }
@@ -198,8 +196,6 @@ class RolloutBatch:
         if self.num_samples == 0:
             return
         _same_within(self.trajectory_index, self.group_index, "trajectory_index", "group_index")
-        if self.anchor_index is not None:
-            _same_within(self.anchor_index, self.group_index, "anchor_index", "group_index")
         st = self.steps
         if st is None:
             return
@@ -347,7 +343,7 @@ def concat_batches(batches: list[RolloutBatch], *, pad_token_id: int = 0) -> Rol
             continue
         changes[name] = _pad_cat(values, left=False)
     for name in (
-        "rewards", "group_index", "trajectory_index", "step_index", "truncated", "anchor_index", "baseline_scores",
+        "rewards", "group_index", "trajectory_index", "step_index", "truncated", "baseline_scores",
         "sample_weights",
     ):
         values = [getattr(b, name) for b in batches]

@@ -284,7 +284,6 @@ def loss_statistic_names(parts: LossComponents) -> list[str]:
     masked_token = PolicyLossInput(
         logprobs=token, old_logprobs=token, advantages=token, loss_mask=token, ref_logprobs=token,
         rollout_logprobs=token, entropy=token, group_index=index, trajectory_index=index, step_index=index,
-        anchor_index=index,
     )
     return list(parts.policy_loss(masked_token, parts.policy_params).token_stats)
 
@@ -357,7 +356,6 @@ def micro_batch_loss(
         group_index=mb.group_index,
         trajectory_index=mb.trajectory_index,
         step_index=mb.step_index,
-        anchor_index=mb.anchor_index,
     )
     out = parts.policy_loss(inputs, parts.policy_params)
     token_loss = out.token_loss if mb.correction_weights is None else out.token_loss * mb.correction_weights
