@@ -26,7 +26,6 @@ import time
 import torch
 
 import grove.builtin_components  # noqa: F401
-from grove.config import load_config
 from grove.experience.task_sampler import TaskSampler
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime
@@ -36,12 +35,13 @@ from grove.pipeline.collect import ExperienceSettings, collect_scored
 from grove.pipeline.credit import CreditAssignment
 from grove.pipeline.update import UpdateSchedule, policy_update
 from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.resolve import load_config
+from grove.resolve.run_components import resolve_loss_components
 from grove.rewards.scoring import resolve_rewards
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 from grove.tasks.task import build_task
 from grove.training.optim import build_optimizer
-from grove.training.trainer import resolve_loss_components
 
 LAYOUTS = {"padded": "padded", "shared": "shared_prefix", "packed": "packed"}
 

@@ -21,8 +21,8 @@ import torch
 torch.set_num_threads(1)
 
 import grove.training.trainer as trainer_module  # noqa: E402
-from grove.config import load_config  # noqa: E402
 from grove.distributed.world import init_world  # noqa: E402
+from grove.resolve import load_config  # noqa: E402
 from grove.rollout.hf_engine import TransformersEngine  # noqa: E402
 
 # each completion starts with one of these (environment actions, or an invalid one), then random tokens

@@ -20,7 +20,6 @@ import yaml
 import grove.tasks.clinical as clinical
 from grove.atomic_files import write_json_atomic
 from grove.config import GroveConfig
-from grove.config.loading import load_config
 from grove.demos import (
     ActionFormatError,
     EnvironmentDemonstrations,
@@ -35,6 +34,7 @@ from grove.experience.episodes import SampleTokens
 from grove.experience.source import SourceContext
 from grove.models.tiny import build_tiny_tokenizer
 from grove.registry import ACTION_PARSERS, NoParams
+from grove.resolve import load_config
 from grove.rewards.scoring import compute_rewards, resolve_rewards, reward_columns
 from grove.rollout.engine import RolloutOutput, encode_prompts
 from grove.sft.demonstration_format import DemonstrationRow, tokenizer_fingerprint

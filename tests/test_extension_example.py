@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from grove.config import ConfigError, load_config
+from grove.config import ConfigError
+from grove.resolve import load_config
 
 DOCS = Path(__file__).parent.parent / "docs"
 

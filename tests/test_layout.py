@@ -20,7 +20,7 @@ ALLOWED = {
     "tasks": {"atomic_files", "knowledge", "registry"},
     "infra": {"atomic_files", "kernels"},
     "evaluation": {"infra", "rewards", "rollout", "tasks", "user_code"},
-    "config": {"builtin_components", "core", "infra", "registry", "tasks"},
+    "config": {"core", "infra", "registry", "tasks"},
     "pipeline": {"batch", "config", "core", "distributed", "infra", "kernels", "models", "rewards", "rollout", "tasks"},
     "distributed": {"batch"},
     "knowledge": {"atomic_files", "registry"},
@@ -28,6 +28,7 @@ ALLOWED = {
     "sft": {"batch", "config", "rollout"},
     "demos": {"atomic_files", "config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
     "view": {"infra"},
+    "resolve": {"builtin_components", "config", "core", "infra", "pipeline", "registry", "tasks"},
     "experience": {
         "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",
         "rollout", "tasks", "user_code",

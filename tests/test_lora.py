@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from grove.cli import app
-from grove.config import ConfigError, load_config
+from grove.config import ConfigError
 from grove.config.lora_section import DEFAULT_TARGET_MODULES, LoraSettings
 from grove.infra.memory_plan import ModelDims, RunShape, estimate_peak_bytes, lora_parameter_count
 from grove.models.lora import (
@@ -26,6 +26,7 @@ from grove.models.lora import (
 from grove.models.merged_export import export_merged
 from grove.models.pretrained import load_policy
 from grove.models.tiny import create_tiny_model_dir
+from grove.resolve import load_config
 
 SETTINGS = LoraSettings(r=4, alpha=8)
 

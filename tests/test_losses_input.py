@@ -7,16 +7,16 @@ import pytest
 import torch
 
 from grove.batch import RolloutBatch
-from grove.config import load_config
 from grove.config.derived import needs_reference_model
 from grove.core.aggregation import seq_mean_token_mean
 from grove.core.losses import PolicyLossInput, PolicyLossOutput
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, largest_first, policy_update
 from grove.registry import POLICY_LOSSES, NoParams
+from grove.resolve import load_config
+from grove.resolve.run_components import resolve_loss_components
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
-from grove.training.trainer import resolve_loss_components
 
 SEEN: list[PolicyLossInput] = []
 

@@ -10,7 +10,6 @@ import torch
 
 import grove.pipeline.update as update_module
 from grove.batch import RolloutBatch
-from grove.config import load_config
 from grove.core.aggregation import token_mean
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.pipeline.downsampling import (
@@ -21,6 +20,7 @@ from grove.pipeline.downsampling import (
     sequence_advantages,
 )
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
+from grove.resolve import load_config
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 from test_advantages_group_norm import make_test_batch

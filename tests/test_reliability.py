@@ -15,9 +15,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grove.config import load_config
 from grove.infra import checkpoint as ckpt
 from grove.models.tiny import create_tiny_model_dir
+from grove.resolve import load_config
 from grove.training.nonfinite_guard import NonFiniteTrainingError
 from grove.training.trainer import Trainer
 

@@ -371,8 +371,8 @@ def test_train_goes_on_past_a_failing_reward_and_logs_its_errors(tmp_path, rewar
 def test_env_step_timeout_from_the_config_reaches_the_episode_loop(policy, monkeypatch):
     """`env.step_timeout_s` in a config is what the rollout loop uses (EnvironmentSource.play passes it on)."""
     import grove.experience.environment as environment
-    from grove.config import load_config
     from grove.experience import SourceContext, build_experience_source
+    from grove.resolve import load_config
     from grove.rollout.hf_engine import TransformersEngine
 
     model, tokenizer = policy

@@ -19,7 +19,7 @@ from tests.tiny_runs import TESTS, copy_run, records, run_config
 from transformers import AutoTokenizer
 
 from grove.batch import RolloutBatch
-from grove.config import ConfigError, load_config
+from grove.config import ConfigError
 from grove.core.selection import keep_count, select_tokens, token_scores
 from grove.pipeline import update as update_module
 from grove.pipeline.downsampling import TokenSelection
@@ -31,6 +31,7 @@ from grove.pipeline.token_details import (
 )
 from grove.pipeline.update import Coefficients, LossComponents, TrainedTokens, UpdateSchedule, policy_update
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES
+from grove.resolve import load_config
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 from grove.training import trainer as trainer_module

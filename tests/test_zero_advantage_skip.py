@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from grove.batch import RolloutBatch
-from grove.config import load_config
 from grove.config.derived import zero_advantage_skip_blocker
 from grove.core.losses import PolicyLossInput, PolicyLossOutput
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
@@ -28,9 +27,10 @@ from grove.pipeline.update import (
     samples_with_signal,
 )
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
+from grove.resolve import load_config
+from grove.resolve.run_components import resolve_loss_components
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
-from grove.training.trainer import resolve_loss_components
 
 SKIPPABLE_LOSSES = [e.id for e in POLICY_LOSSES if e.zero_advantage_rows_skippable]
 SKIPPABLE_AGGREGATIONS = [e.id for e in LOSS_AGGREGATIONS if e.zero_advantage_rows_skippable]

@@ -23,8 +23,9 @@ from grove.command_failures import (
     user_error_types,
     user_message,
 )
-from grove.config import ConfigError, GroveConfig, dump_config, load_config
+from grove.config import ConfigError, GroveConfig, dump_config
 from grove.evaluation.stats import describe_sampled
+from grove.resolve import load_config
 from grove.view.view_command import view as view_run
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Group-relative RL for language models.")

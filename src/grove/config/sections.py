@@ -236,6 +236,20 @@ class TrainConfig(Section):
     def completions_per_step(self) -> int:
         return self.prompts_per_step * self.completions_per_prompt
 
+    def batch_quantities(self) -> dict[str, int]:
+        """The batch quantities this section implies (printed by ``grove config show``)."""
+        mini = self.completions_per_step // self.mini_batches
+        return {
+            "prompts_per_step": self.prompts_per_step,
+            "completions_per_step": self.completions_per_step,
+            "mini_batch_size (completions per optimizer step)": mini,
+            "micro_batch_size (completions per forward/backward)": min(self.micro_batch_size, mini),
+            "gradient_accumulation_steps": -(-mini // self.micro_batch_size),
+            "optimizer_steps_per_rollout": self.mini_batches * self.ppo_epochs,
+            "total_optimizer_steps": self.mini_batches * self.ppo_epochs * self.steps,
+            "total_completions": self.completions_per_step * self.steps,
+        }
+
 
 AdamBeta = Annotated[float, Field(ge=0.0, lt=1.0)]
 

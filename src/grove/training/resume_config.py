@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from grove.atomic_files import write_text_atomic
-from grove.config import ConfigError, GroveConfig, dump_config, load_config
+from grove.config import ConfigError, GroveConfig, dump_config
 from grove.infra.write_failures import reporting_write_failures
+from grove.resolve import load_config
 
 __all__ = ["RESUMABLE_CHANGES", "ConfigChange", "ResumeConfigError", "check_resumed_config", "record_config_changes"]
 

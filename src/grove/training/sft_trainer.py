@@ -37,6 +37,7 @@ from grove.infra.runtime import configure_runtime
 from grove.models.merged_export import export_merged
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
+from grove.resolve import check_config
 from grove.rollout.engine import context_length
 from grove.rollout.hf_engine import TransformersEngine
 from grove.sft.batches import sft_batch
@@ -89,7 +90,7 @@ class SftTrainer:
             raise ConfigError(
                 "grove sft needs an `sft` section naming its data, e.g. sft: {data: [demos.jsonl]} (docs/warm-start.md)"
             )
-        self.cfg, self.run_dir, self.sft = cfg, run_dir, cfg.sft
+        self.cfg, self.run_dir, self.sft = check_config(cfg), run_dir, cfg.sft
         self.world = world or init_world(cfg.distributed.timeout_seconds, cfg.distributed.device)
         if self.sft.batch_size < self.world.size:
             raise ConfigError(

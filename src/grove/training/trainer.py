@@ -1,10 +1,10 @@
 """The training loop.
 
-    sample prompts → G completions each → rewards → advantages
-      → μ epochs × mini-batches × micro-batches of the policy loss → clip → AdamW → metrics
-      → periodic evaluation and checkpoint
+    collect (the source's scored experience) → credit (advantages) → stages (D^3S rollouts, trajectory weights,
+      old log-probs, rollout correction) → update (μ epochs × mini-batches × micro-batches of the policy loss,
+      clip, AdamW) → metrics → periodic evaluation and checkpoint
 
-Every algorithm choice is a registry lookup resolved once in :func:`resolve_loss_components`; the
+Every algorithm choice is a registry lookup resolved once (:func:`grove.resolve.resolve_components`); the
 loop itself has no per-algorithm branches. Under ``torchrun`` every rank runs this same loop on its share of
 the step's groups (:mod:`grove.distributed`); the step's batch is gathered before advantages, the update
 reduces gradients across ranks, and rank 0 alone writes logs, evaluations and checkpoints.
@@ -22,10 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import grove.builtin_components  # noqa: F401
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig
-from grove.config.derived import generates_from_bf16_copy, zero_advantage_skip_blocker
+from grove.config.derived import generates_from_bf16_copy
 from grove.distributed.world import World, derived_seed, init_world
 from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import describe_sampled
@@ -37,19 +36,13 @@ from grove.infra.run_logs import NullRunLogger, RunLogger
 from grove.infra.runtime import configure_runtime, release_host_memory
 from grove.pipeline.coefficients import EntropyController, KLController
 from grove.pipeline.credit import CreditAssignment, KLInReward
-from grove.pipeline.downsampling import SampleSelection, TokenSelection, select_rollouts
+from grove.pipeline.downsampling import SampleSelection, select_rollouts
 from grove.pipeline.rollout_correction import apply_rollout_correction
 from grove.pipeline.step_metrics import step_metrics
 from grove.pipeline.token_details import TokenDetailsRecorder
 from grove.pipeline.trajectory_weighting import apply_trajectory_weighting
-from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
-from grove.registry import (
-    ADVANTAGE_ESTIMATORS,
-    KL_ESTIMATORS,
-    LOSS_AGGREGATIONS,
-    POLICY_LOSSES,
-    REWARD_AGGREGATORS,
-)
+from grove.pipeline.update import Coefficients, UpdateSchedule, policy_update
+from grove.resolve import check_config, resolve_components
 from grove.rollout.hf_engine import TransformersEngine
 from grove.training.nonfinite_guard import NonFiniteGuard, nonfinite_advantage_trajectories
 from grove.training.optim import build_optimizer
@@ -73,24 +66,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
-    a = cfg.algorithm
-    return LossComponents(
-        policy_loss=POLICY_LOSSES.get(a.policy_loss.id),
-        policy_params=a.policy_loss.validated(POLICY_LOSSES),
-        aggregate=LOSS_AGGREGATIONS.get(a.aggregation),
-        kl_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.coef > 0 and a.kl.placement == "loss" else None,
-        temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
-        max_response_length=cfg.rollout.max_new_tokens,
-        logit_cache_bytes=int(cfg.train.logit_cache_mb * 2**20),
-        forward=cfg.train.forward,
-        precision=cfg.train.precision,
-        token_selection=TokenSelection(cfg.selection.tokens.scope) if cfg.selection.tokens is not None else None,
-        sequence_count=a.sequence_count,
-        skip_zero_advantage=zero_advantage_skip_blocker(cfg) is None,
-    )
-
-
 @dataclass
 class TrainSummary:
     run_dir: Path
@@ -110,6 +85,7 @@ class Trainer:
                 f"train.prompts_per_step ({cfg.train.prompts_per_step}) is smaller than the number of processes "
                 f"({self.world.size}); each rank needs at least one prompt group: raise it or launch fewer processes"
             )
+        check_config(cfg)  # a config built in code gets the checks a loaded one had
         preflight(cfg)  # user code and model names resolve before anything is written or loaded
         start = prepare_run_dir(cfg, run_dir, self.world, resume)
         self.resume_from = start.checkpoint
@@ -119,7 +95,8 @@ class Trainer:
             log.warning("warning: %s", slow_bf16)
         seed_everything(cfg.seed)
 
-        self.loss_parts = resolve_loss_components(cfg)
+        self.components = resolve_components(cfg)
+        self.loss_parts = self.components.loss
         self.models = build_policy_models(cfg, self.world, self.resume_from)
         self.model, self.tokenizer = self.models.train_module, self.models.tokenizer
         self.engine = TransformersEngine(
@@ -128,17 +105,15 @@ class Trainer:
         )
         a = cfg.algorithm
         self.generator = torch.Generator().manual_seed(derived_seed(cfg.seed, self.world.rank))
-        self.advantage_fn = ADVANTAGE_ESTIMATORS.get(a.advantage.id)
-        self.advantage_params = a.advantage.validated(ADVANTAGE_ESTIMATORS)
         self.source = build_experience_source(
             SourceContext(cfg=cfg, engine=self.engine, tokenizer=self.tokenizer, generator=self.generator,
                           world=self.world)
         )
         self.credit = CreditAssignment(
-            advantage_fn=self.advantage_fn,
-            advantage_params=self.advantage_params,
-            aggregator=REWARD_AGGREGATORS.get(a.reward_aggregation.id),
-            aggregator_params=a.reward_aggregation.validated(REWARD_AGGREGATORS),
+            advantage_fn=self.components.advantage_fn,
+            advantage_params=self.components.advantage_params,
+            aggregator=self.components.aggregator,
+            aggregator_params=self.components.aggregator_params,
             reference=self.models.reference_logprobs(self.loss_parts.forward, self.loss_parts.temperature),
             kl_in_reward=self._kl_in_reward,
             world=self.world,
@@ -207,10 +182,8 @@ class Trainer:
         return self.models.logprobs(model, batch, self.loss_parts.forward, self.loss_parts.temperature)
 
     def _kl_in_reward(self) -> KLInReward | None:
-        kl = self.cfg.algorithm.kl
-        if kl.placement != "reward":
-            return None
-        return KLInReward(KL_ESTIMATORS.get(kl.estimator), self.kl_controller.coef)
+        estimator = self.components.kl_in_reward_estimator
+        return None if estimator is None else KLInReward(estimator, self.kl_controller.coef)
 
     def _keep_ratio(self, selection) -> float:
         """This step's D^3S keep ratio (1.0 when that selection is off); schedules count steps from 0."""
@@ -228,8 +201,8 @@ class Trainer:
             exp.scores,
             selection,
             self._keep_ratio(samples),
-            self.advantage_fn,
-            self.advantage_params,
+            self.components.advantage_fn,
+            self.components.advantage_params,
         )
         return selected.batch, selected.rows, selected.metrics
 
