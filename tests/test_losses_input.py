@@ -11,7 +11,8 @@ from grove.config.derived import needs_reference_model
 from grove.core.aggregation import seq_mean_token_mean
 from grove.core.losses import PolicyLossInput, PolicyLossOutput
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
-from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, largest_first, policy_update
+from grove.pipeline.micro_batches import largest_first
+from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.registry import POLICY_LOSSES, NoParams
 from grove.resolve import load_config
 from grove.resolve.run_components import resolve_loss_components

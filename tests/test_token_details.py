@@ -29,7 +29,8 @@ from grove.pipeline.token_details import (
     records_on_step,
     round_significant,
 )
-from grove.pipeline.update import Coefficients, LossComponents, TrainedTokens, UpdateSchedule, policy_update
+from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
+from grove.pipeline.update_totals import TrainedTokens
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES
 from grove.resolve import load_config
 from grove.rollout.engine import SamplingParams, encode_prompts

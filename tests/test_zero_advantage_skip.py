@@ -19,12 +19,12 @@ from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.distributed.strategies import Strategy
 from grove.distributed.world import World
 from grove.pipeline.downsampling import TokenSelection
+from grove.pipeline.micro_batches import samples_with_signal
 from grove.pipeline.update import (
     Coefficients,
     LossComponents,
     UpdateSchedule,
     policy_update,
-    samples_with_signal,
 )
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
 from grove.resolve import load_config

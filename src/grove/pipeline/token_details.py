@@ -23,7 +23,7 @@ tokens D^3S token selection kept. One JSON object per sample::
   in the mode the trainer holds the model in before the update (eval: no dropout), so it draws no random numbers
   and leaves the run's training unchanged.
 * ``kept``: the loss mask the update trained the row on after D^3S token selection (``selection.tokens``), as the
-  update computed it (:class:`grove.pipeline.update.TrainedTokens`: with scope ``batch`` or ``micro_batch`` it
+  update computed it (:class:`grove.pipeline.update_totals.TrainedTokens`: with scope ``batch`` or ``micro_batch`` it
   depends on the other rows ranked with it, so only the update knows it); the first epoch's mask. null when token
   selection is off, or when the update did not run (a non-finite advantage skips it).
 * Every float is rounded to 4 significant digits (file size); NaN and infinities are null (a reward that does not
@@ -48,7 +48,8 @@ from grove.batch import RolloutBatch
 from grove.core.token_ops import row_mean
 from grove.infra.precision import autocast
 from grove.models.logprob_module import response_logprobs
-from grove.pipeline.update import LossComponents, TrainedTokens
+from grove.pipeline.update import LossComponents
+from grove.pipeline.update_totals import TrainedTokens
 
 __all__ = [
     "SIGNIFICANT_DIGITS",
