@@ -29,12 +29,15 @@ from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.core.advantages import AdvantageFn
+from grove.core.keep_ratio_schedules import KeepRatioSchedule
 from grove.core.selection import keep_count, select_samples, select_tokens, token_scores
 from grove.core.token_ops import row_mean
 from grove.distributed.world import World
+from grove.pipeline.batch_stages import StageBatch, StageContext
 
 __all__ = [
     "LossTokenSelection",
+    "RolloutDownsampling",
     "SampleSelection",
     "TokenSelection",
     "select_loss_tokens",
@@ -43,6 +46,7 @@ __all__ = [
     "sequence_advantages",
     "signal_token_mask",
     "tokens_with_signal",
+    "keep_ratio_at",
 ]
 
 
@@ -102,6 +106,30 @@ def select_rollouts(
         "selection/adv_var_after": float(after.var(unbiased=False)) if after.numel() else 0.0,
     }
     return SelectedRollouts(kept, kept_scores, metrics, rows)
+
+
+def keep_ratio_at(schedule: KeepRatioSchedule | None, step: int, total_steps: int) -> float:
+    """The keep ratio of training step ``step`` (from 1) of ``total_steps``; 1.0 when the selection is off (the
+    schedules count steps from 0)."""
+    return 1.0 if schedule is None else schedule.at(step - 1, total_steps)
+
+
+@dataclass(frozen=True)
+class RolloutDownsampling:
+    """The stage of ``selection.samples`` (whole step): :func:`select_rollouts` at this step's keep ratio."""
+
+    selection: SampleSelection
+    ratio: KeepRatioSchedule
+    advantage_fn: AdvantageFn
+    advantage_params: BaseModel
+
+    def __call__(self, batch: StageBatch, context: StageContext) -> StageBatch:
+        selected = select_rollouts(
+            batch.batch, batch.scores, self.selection, keep_ratio_at(self.ratio, context.step, context.total_steps),
+            self.advantage_fn, self.advantage_params,
+        )
+        kept = batch.select(selected.rows)
+        return StageBatch(selected.batch, kept.rows, selected.scores, {**batch.stats, **selected.metrics})
 
 
 def selected_token_count(loss_mask: Tensor, selection: TokenSelection, ratio: float) -> float:

@@ -17,7 +17,10 @@ from grove.config import GroveConfig
 from grove.config.derived import zero_advantage_skip_blocker
 from grove.core.advantages import AdvantageFn
 from grove.core.objectives import AggregateFn
-from grove.pipeline.downsampling import TokenSelection
+from grove.pipeline.batch_stages import BatchStage, BatchStages, OldLogprobRecompute
+from grove.pipeline.downsampling import RolloutDownsampling, SampleSelection, TokenSelection
+from grove.pipeline.rollout_correction import RolloutCorrection
+from grove.pipeline.trajectory_weighting import TrajectoryWeighting
 from grove.pipeline.update import LossComponents
 from grove.registry import (
     ADVANTAGE_ESTIMATORS,
@@ -27,33 +30,58 @@ from grove.registry import (
     REWARD_AGGREGATORS,
 )
 
-__all__ = ["RunComponents", "resolve_components", "resolve_loss_components"]
+__all__ = ["RunComponents", "resolve_batch_stages", "resolve_components", "resolve_loss_components"]
 
 
 @dataclass(frozen=True)
 class RunComponents:
     """``algorithm.advantage`` and ``algorithm.reward_aggregation`` with their parameters; the KL estimator when
-    the KL goes into the reward (``kl.placement: reward``, else ``None``); the update's loss components."""
+    the KL goes into the reward (``kl.placement: reward``, else ``None``); the stages between credit and the update;
+    the update's loss components."""
 
     advantage_fn: AdvantageFn
     advantage_params: BaseModel
     aggregator: AggregateFn
     aggregator_params: BaseModel
     kl_in_reward_estimator: Callable[[Tensor, Tensor], Tensor] | None
+    stages: BatchStages
     loss: LossComponents
 
 
 def resolve_components(cfg: GroveConfig) -> RunComponents:
     """The components ``cfg`` names (checked by :func:`grove.resolve.check_config`)."""
     a = cfg.algorithm
+    advantage_fn, advantage_params = ADVANTAGE_ESTIMATORS.get(a.advantage.id), a.advantage.validated(ADVANTAGE_ESTIMATORS)
     return RunComponents(
-        advantage_fn=ADVANTAGE_ESTIMATORS.get(a.advantage.id),
-        advantage_params=a.advantage.validated(ADVANTAGE_ESTIMATORS),
+        advantage_fn=advantage_fn,
+        advantage_params=advantage_params,
         aggregator=REWARD_AGGREGATORS.get(a.reward_aggregation.id),
         aggregator_params=a.reward_aggregation.validated(REWARD_AGGREGATORS),
         kl_in_reward_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.placement == "reward" else None,
+        stages=resolve_batch_stages(cfg, advantage_fn, advantage_params),
         loss=resolve_loss_components(cfg),
     )
+
+
+def resolve_batch_stages(cfg: GroveConfig, advantage_fn: AdvantageFn, advantage_params: BaseModel) -> BatchStages:
+    """The stages ``cfg`` turns on, in order: D^3S's rollout selection (``selection.samples``; the estimator runs
+    again on the kept rollouts with ``advantages: recompute``) and trajectory weights on the whole step's batch;
+    then the old log-probs recomputed (``train.old_logprobs: recompute``) and the rollout correction on this rank's
+    rows."""
+    a = cfg.algorithm
+    whole_step: list[BatchStage] = []
+    samples = cfg.selection.samples
+    if samples is not None:
+        selection = SampleSelection(samples.scope, samples.advantages == "recompute", samples.min_per_group)
+        whole_step.append(RolloutDownsampling(selection, samples.ratio, advantage_fn, advantage_params))
+    if a.trajectory_weighting != "per_sample":
+        whole_step.append(TrajectoryWeighting(a.trajectory_weighting))
+    this_rank: list[BatchStage] = []
+    if cfg.train.old_logprobs == "recompute":
+        this_rank.append(OldLogprobRecompute())
+    if a.rollout_correction.mode != "none":
+        this_rank.append(RolloutCorrection(a.rollout_correction))
+    return BatchStages(tuple(whole_step), tuple(this_rank))
 
 
 def resolve_loss_components(cfg: GroveConfig) -> LossComponents:

@@ -34,13 +34,12 @@ from grove.infra.precision import autocast, slow_bf16_warning
 from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
 from grove.infra.runtime import configure_runtime, release_host_memory
+from grove.pipeline.batch_stages import StageBatch, StageContext
 from grove.pipeline.coefficients import EntropyController, KLController
 from grove.pipeline.credit import CreditAssignment, KLInReward
-from grove.pipeline.downsampling import SampleSelection, select_rollouts
-from grove.pipeline.rollout_correction import apply_rollout_correction
+from grove.pipeline.downsampling import keep_ratio_at
 from grove.pipeline.step_metrics import step_metrics
 from grove.pipeline.token_details import TokenDetailsRecorder
-from grove.pipeline.trajectory_weighting import apply_trajectory_weighting
 from grove.pipeline.update import Coefficients, UpdateSchedule, policy_update
 from grove.resolve import check_config, resolve_components
 from grove.rollout.hf_engine import TransformersEngine
@@ -185,40 +184,24 @@ class Trainer:
         estimator = self.components.kl_in_reward_estimator
         return None if estimator is None else KLInReward(estimator, self.kl_controller.coef)
 
-    def _keep_ratio(self, selection) -> float:
-        """This step's D^3S keep ratio (1.0 when that selection is off); schedules count steps from 0."""
-        return 1.0 if selection is None else selection.ratio.at(self.step - 1, self.cfg.train.steps)
-
-    def _select_rollouts(self, exp) -> tuple[RolloutBatch, torch.Tensor, dict[str, float]]:
-        """D^3S sample-level down-sampling (``selection.samples``) over the whole step's batch: the rollouts the
-        update trains on, and their rows in ``exp.batch``."""
-        samples = self.cfg.selection.samples
-        if samples is None:
-            return exp.batch, torch.arange(exp.batch.num_samples), {}
-        selection = SampleSelection(samples.scope, samples.advantages == "recompute", samples.min_per_group)
-        selected = select_rollouts(
-            exp.batch,
-            exp.scores,
-            selection,
-            self._keep_ratio(samples),
-            self.components.advantage_fn,
-            self.components.advantage_params,
-        )
-        return selected.batch, selected.rows, selected.metrics
-
-    def _own_rows(
-        self, batch: RolloutBatch, rows: torch.Tensor, local_rows: torch.Tensor | None
-    ) -> tuple[RolloutBatch, torch.Tensor]:
-        """The part of the step's (selected) batch this rank generated and trains on, and its rows in ``exp.batch``."""
+    def _own_rows(self, staged: StageBatch, local_rows: torch.Tensor | None) -> StageBatch:
+        """The part of the step's (selected) batch this rank generated and trains on."""
         if local_rows is None or not self.world.distributed:
-            return batch, rows
-        own = torch.isin(rows, local_rows).nonzero().flatten()
+            return staged
+        own = torch.isin(staged.rows, local_rows).nonzero().flatten()
         if own.numel() == 0:
             raise RuntimeError(
                 f"{self.world.label}: sample selection kept none of this rank's rollouts; raise "
                 "selection.samples.ratio or min_per_group, or use selection.samples.scope: group"
             )
-        return batch.select(own), rows[own]
+        return staged.select(own)
+
+    def _stage_context(self) -> StageContext:
+        def old_logprobs(batch: RolloutBatch) -> torch.Tensor:
+            with autocast(self.cfg.train.precision, self.world.device):
+                return self._logprobs(self.model, batch)
+
+        return StageContext(self.step, self.cfg.train.steps, self.world, old_logprobs)
 
     def train_step(self) -> dict[str, float]:
         cfg = self.cfg
@@ -230,22 +213,20 @@ class Trainer:
         fault_points.reached("generation", self.step)
         self.models.release_generation_weights()  # the update runs without the generation copy
         release_host_memory()  # generation's freed KV cache goes back to the OS before the update
-        batch, kept_rows, selection_stats = self._select_rollouts(exp)
-        batch, weighting_stats = apply_trajectory_weighting(batch, cfg.algorithm.trajectory_weighting)
-        trained_samples = batch.num_samples  # over all ranks
-        nonfinite_advantages = nonfinite_advantage_trajectories(batch)
-        batch, source_rows = self._own_rows(batch, kept_rows, exp.local_rows)
+        stages, context = self.components.stages, self._stage_context()
+        staged = stages.run_whole_step(StageBatch.of(exp), context)  # D^3S's rollouts, trajectory weights
+        trained_samples = staged.batch.num_samples  # over all ranks
+        nonfinite_advantages = nonfinite_advantage_trajectories(staged.batch)
+        staged = self._own_rows(staged, exp.local_rows)
         t_train = time.perf_counter()
-        if self.schedule.recompute_old_logprobs:
-            with autocast(cfg.train.precision, self.world.device):
-                old = self._logprobs(self.model, batch)
-            batch = batch.replace(old_logprobs=old, rollout_logprobs=batch.old_logprobs)
-        batch, correction_stats = apply_rollout_correction(batch, cfg.algorithm.rollout_correction)
-        correction_stats = self.world.mean_over_ranks(correction_stats, "update: correction statistics")
+        staged = stages.run_this_rank(staged, context)  # old log-probs recomputed, rollout correction
+        batch, source_rows = staged.batch, staged.rows
         coefs = Coefficients(
             kl=self.kl_controller.coef if kl.placement == "loss" else 0.0,
             entropy=self.entropy_controller.active_coef(),
-            token_keep_ratio=self._keep_ratio(cfg.selection.tokens),
+            token_keep_ratio=keep_ratio_at(
+                cfg.selection.tokens.ratio if cfg.selection.tokens else None, self.step, cfg.train.steps
+            ),
         )
         token_details = self.token_details.capture(self.step, self.model, batch, source_rows)  # before the update
         if nonfinite_advantages:  # the guard of docs/reliability.md: no update from these advantages
@@ -268,9 +249,7 @@ class Trainer:
         metrics = step_metrics(exp, exp.batch, accuracy_reward=self.cfg.accuracy_reward_name)  # all rollouts
         metrics.update(update)
         metrics.update(exp.stats)
-        metrics.update(selection_stats)
-        metrics.update(correction_stats)
-        metrics.update(weighting_stats)
+        metrics.update(staged.stats)
         metrics["nonfinite_advantage_samples"] = float(len(nonfinite_advantages))
         metrics.update(
             {
