@@ -169,7 +169,7 @@ def test_no_import_circle_inside_a_package(package):
 
 
 def test_no_module_shadows_the_standard_library_or_repeats_a_name():
-    modules = [p for p in SRC.rglob("*.py") if p.name != "__init__.py"]
+    modules = [p for p in SRC.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
     shadowing = [str(p.relative_to(SRC)) for p in modules if p.stem in sys.stdlib_module_names]
     assert not shadowing, f"modules named like standard-library modules: {shadowing}"
     stems = [p.stem for p in modules]
