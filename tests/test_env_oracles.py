@@ -25,7 +25,8 @@ from grove.envs.frozenlake import FrozenLakeEnvironment, FrozenLakeParams
 from grove.envs.kb_routing import KbRoutingEnv, KbRoutingParams, _Shared
 from grove.envs.kb_routing_rewards import format_ok
 from grove.envs.oracle import OracleEnvironment, has_oracle
-from grove.envs.sokoban import SokobanEnvironment, SokobanLevel, SokobanParams, generate_level, solve
+from grove.envs.sokoban import SokobanEnvironment, SokobanParams
+from grove.envs.sokoban_levels import SokobanLevel, generate_level, solve
 from grove.envs.transition_table_plans import plan_transition_table
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

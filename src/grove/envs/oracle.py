@@ -27,7 +27,7 @@ What the built-in oracles optimise:
   drop-off. Slippery / rainy variants: finite-horizon value iteration on gymnasium's reward over the steps left
   before truncation (for FrozenLake, the probability of reaching the goal in time; for CliffWalking and Taxi,
   the expected return). ``None`` when the goal cannot be reached with positive probability in the steps left.
-* ``sokoban`` (:mod:`grove.envs.sokoban`): the first move of a shortest solution in moves (breadth-first search
+* ``sokoban`` (:mod:`grove.envs.sokoban_levels`): the first move of a shortest solution in moves (breadth-first search
   over player and box positions, pruning boxes on cells from which no target can be reached), cached so that
   following the oracle costs one search per episode; ``None`` when the room is unsolvable from the current
   state, when the search exceeds its node limit, or when the solution is longer than the steps left.
