@@ -8,7 +8,7 @@ __all__ = ["reward_column_names"]
 def reward_column_names(reward) -> tuple[str, ...]:
     """The reward-matrix columns a ``rewards:`` block fills: its declared ``objectives``, a registered reward's
     ``objective_names()``, a user function's ``objectives`` attribute, else its display name."""
-    from grove.registry import REWARD_FUNCTIONS, import_callable
+    from grove.registry import REWARD_FUNCTIONS, ScoresSeveralObjectives, import_callable
 
     if reward.objectives:
         return tuple(reward.objectives)
@@ -19,5 +19,6 @@ def reward_column_names(reward) -> tuple[str, ...]:
             own = None
     else:
         params = reward.validated(REWARD_FUNCTIONS)
-        own = params.objective_names() if hasattr(params, "objective_names") else None
+        several = REWARD_FUNCTIONS.entry(reward.id).declares(ScoresSeveralObjectives)
+        own = params.objective_names() if several else None
     return tuple(own) if own else (reward.display_name,)

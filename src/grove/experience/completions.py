@@ -14,7 +14,7 @@ from grove.evaluation.evaluate import EvalResult, evaluate_config
 from grove.experience.source import ScoredExperience, SourceContext
 from grove.experience.task_sampler import TaskSampler
 from grove.pipeline.collect import ExperienceSettings, collect_scored
-from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES, REWARD_AGGREGATORS
+from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES, REWARD_AGGREGATORS, NamesObjectives
 from grove.rewards.scoring import resolve_rewards, reward_columns
 from grove.rollout.engine import (
     SamplingParams,
@@ -50,7 +50,7 @@ class CompletionSource:
         overlong = a.overlong
         aggregation = a.reward_aggregation
         aggregator_params = aggregation.validated(REWARD_AGGREGATORS)
-        if hasattr(aggregator_params, "check_objectives"):  # e.g. gated: its names must be objectives
+        if REWARD_AGGREGATORS.entry(aggregation.id).declares(NamesObjectives):  # gated: its names must be objectives
             names = reward_columns(self.rewards)[0] + (("overlong_penalty",) if overlong.soft_penalty else ())
             aggregator_params.check_objectives(names)
         self.settings = ExperienceSettings(

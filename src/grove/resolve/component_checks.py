@@ -13,6 +13,20 @@ import grove.builtin_components  # noqa: F401  (registers every built-in compone
 from grove.config import GroveConfig
 from grove.config.components import ComponentSpec, check_component
 from grove.config.reward_columns import reward_column_names
+from grove.registry import (
+    ACTION_PARSERS,
+    ADVANTAGE_ESTIMATORS,
+    ENVIRONMENTS,
+    EXPERIENCE_SOURCES,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    POLICY_LOSSES,
+    REWARD_AGGREGATORS,
+    REWARD_FUNCTIONS,
+    MayProduceAdvantages,
+    NeedsLargerGroups,
+)
+from grove.tasks.task import TASKS
 
 __all__ = ["check_components"]
 
@@ -40,9 +54,6 @@ def _import_user_modules(modules: list[str]) -> None:
 
 
 def _check_algorithm_components(cfg: GroveConfig) -> None:
-    from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
-    from grove.tasks.task import TASKS
-
     check_component(cfg.algorithm.advantage, ADVANTAGE_ESTIMATORS, "algorithm.advantage")
     check_component(cfg.algorithm.policy_loss, POLICY_LOSSES, "algorithm.policy_loss")
     check_component(cfg.task, TASKS, "task")
@@ -59,8 +70,6 @@ def _check_algorithm_components(cfg: GroveConfig) -> None:
 
 
 def _check_rewards(cfg: GroveConfig) -> None:
-    from grove.registry import REWARD_FUNCTIONS
-
     if not cfg.rewards:
         raise ValueError("rewards: at least one reward function is required")
     names = [r.display_name for r in cfg.rewards]
@@ -93,8 +102,6 @@ def _check_rewards(cfg: GroveConfig) -> None:
 
 
 def _check_reward_aggregation(cfg: GroveConfig) -> None:
-    from grove.registry import ADVANTAGE_ESTIMATORS, REWARD_AGGREGATORS
-
     spec = cfg.algorithm.reward_aggregation
     try:
         check_component(spec, REWARD_AGGREGATORS, "algorithm.reward_aggregation")
@@ -107,7 +114,8 @@ def _check_reward_aggregation(cfg: GroveConfig) -> None:
         )
     params = spec.validated(REWARD_AGGREGATORS)
     estimator = cfg.algorithm.advantage.id
-    if getattr(params, "produces_advantages", lambda: False)() and estimator != "score_as_advantage":
+    produces = REWARD_AGGREGATORS.entry(spec.id).declares(MayProduceAdvantages) and params.produces_advantages()
+    if produces and estimator != "score_as_advantage":
         raise ValueError(
             f"algorithm.reward_aggregation: {spec.id!r} with these settings already returns normalised advantages; "
             f"the estimator {estimator!r} would normalise them a second time. Set algorithm.advantage.id: "
@@ -124,8 +132,6 @@ def _check_reward_aggregation(cfg: GroveConfig) -> None:
 
 
 def _check_group_sizes(cfg: GroveConfig) -> None:
-    from grove.registry import ADVANTAGE_ESTIMATORS
-
     estimator = cfg.algorithm.advantage.id
     if cfg.train.completions_per_prompt < 2 and "groups" in ADVANTAGE_ESTIMATORS.entry(estimator).requires:
         raise ValueError(
@@ -135,7 +141,8 @@ def _check_group_sizes(cfg: GroveConfig) -> None:
             "train.completions_per_prompt >= 2, or choose an estimator that needs no group (reinforce_pp, remax)"
         )
     params = cfg.algorithm.advantage.validated(ADVANTAGE_ESTIMATORS)
-    smallest = params.min_group_size() if hasattr(params, "min_group_size") else 1
+    entry = ADVANTAGE_ESTIMATORS.entry(estimator)
+    smallest = params.min_group_size() if entry.declares(NeedsLargerGroups) else 1
     if cfg.train.completions_per_prompt < smallest:
         raise ValueError(
             f"train.completions_per_prompt ({cfg.train.completions_per_prompt}) is smaller than the groups "
@@ -145,8 +152,6 @@ def _check_group_sizes(cfg: GroveConfig) -> None:
 
 
 def _check_experience_source(cfg: GroveConfig) -> None:
-    from grove.registry import ACTION_PARSERS, ADVANTAGE_ESTIMATORS, ENVIRONMENTS, EXPERIENCE_SOURCES
-
     if cfg.experience_source != "auto" and cfg.experience_source not in EXPERIENCE_SOURCES:
         raise ValueError(
             f"experience_source: unknown source {cfg.experience_source!r}; allowed: auto, "
