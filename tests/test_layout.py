@@ -17,7 +17,8 @@ ALLOWED = {
     "atomic_files": set(),
     "user_code": set(),
     "registry": {"user_code"},
-    "builtin_components": {"core", "envs", "experience", "rewards", "tasks"},
+    "builtin_components": {"core", "envs", "experience", "rewards", "rollout_engines", "tasks"},
+    "rollout_engines": {"config", "registry", "rollout"},
     "core": {"batch", "registry"},
     "kernels": set(),
     "models": {"batch", "core", "infra", "kernels"},
@@ -41,14 +42,15 @@ ALLOWED = {
     },
     "training": {
         "atomic_files", "batch", "builtin_components", "config", "distributed", "envs", "evaluation", "experience",
-        "infra", "models", "pipeline", "registry", "resolve", "rewards", "rollout", "sft", "user_code",
+        "infra", "models", "pipeline", "registry", "resolve", "rewards", "rollout", "rollout_engines", "sft",
+        "user_code",
     },
     "command_failures": {
         "config", "experience", "infra", "models", "rewards", "rollout", "sft", "tasks", "user_code",
     },
     "cli": {
         "builtin_components", "command_failures", "config", "demos", "distributed", "evaluation", "experience", "infra",
-        "models", "resolve", "rollout", "tasks", "training", "view",
+        "models", "resolve", "rollout", "rollout_engines", "tasks", "training", "view",
     },
 }
 

@@ -1,7 +1,7 @@
 """Registries: decorator-based lookup of components by an unambiguous id.
 
 Every pluggable piece of grove (advantage estimators, policy losses, loss aggregations, KL
-estimators, reward functions, reward aggregators) lives in a :class:`Registry`. A component registers itself with a
+estimators, reward functions, reward aggregators, environments, rollout engines, ...) lives in a :class:`Registry`. A component registers itself with a
 decorator and, optionally, a pydantic model describing its parameters; the YAML config then
 selects it by id and its parameters are validated against that model. Adding a component is
 therefore one new file and needs no trainer edit.
@@ -178,6 +178,7 @@ ENVIRONMENTS: Registry = Registry("environment")
 ACTION_PARSERS: Registry = Registry("action parser")
 EXPERIENCE_SOURCES: Registry = Registry("experience source")
 KNOWLEDGE_BASES: Registry = Registry("knowledge base")
+ROLLOUT_ENGINES: Registry = Registry("rollout engine")
 
 
 def import_callable(path: str, what: str, error: type[Exception] = ValueError) -> Callable[..., Any]:

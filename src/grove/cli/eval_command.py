@@ -51,7 +51,7 @@ def eval_(
     from grove.experience import SourceContext, build_experience_source
     from grove.infra.runtime import configure_runtime
     from grove.models.pretrained import load_policy
-    from grove.rollout.hf_engine import TransformersEngine
+    from grove.rollout_engines import build_rollout_engine
 
     configure_runtime(**cfg.runtime_settings())
     print_precision_warning(cfg.train.precision, False, "cpu")  # generation under the precision's autocast
@@ -64,9 +64,7 @@ def eval_(
         policy, tokenizer = load_policy(model)
     except (FileNotFoundError, ValueError) as exc:  # ModelLoadError is a ValueError
         fail(str(exc))
-    engine = TransformersEngine(
-        policy, tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse, exact_top_logits=cfg.rollout.exact_top_logits
-    )
+    engine = build_rollout_engine(cfg.rollout, policy, tokenizer)
     try:
         source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
         result = source.evaluate()

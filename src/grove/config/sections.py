@@ -79,6 +79,11 @@ class RewardConfig(ComponentSpec):
 
 
 class RolloutConfig(Section):
+    engine: str = Field(
+        "transformers",
+        description="The rollout engine that generates (registry ROLLOUT_ENGINES): 'transformers', batched decoding "
+        "with transformers' KV cache in this process.",
+    )
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")

@@ -23,6 +23,7 @@ from grove.registry import (
     POLICY_LOSSES,
     REWARD_AGGREGATORS,
     REWARD_FUNCTIONS,
+    ROLLOUT_ENGINES,
     MayProduceAdvantages,
     NeedsLargerGroups,
 )
@@ -61,6 +62,10 @@ def _check_algorithm_components(cfg: GroveConfig) -> None:
         raise ValueError(
             f"algorithm.aggregation: unknown mode {cfg.algorithm.aggregation!r}; "
             f"allowed: {', '.join(LOSS_AGGREGATIONS.ids())}"
+        )
+    if cfg.rollout.engine not in ROLLOUT_ENGINES:
+        raise ValueError(
+            f"rollout.engine: unknown engine {cfg.rollout.engine!r}; allowed: {', '.join(ROLLOUT_ENGINES.ids())}"
         )
     if cfg.algorithm.kl.estimator not in KL_ESTIMATORS:
         raise ValueError(

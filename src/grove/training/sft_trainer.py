@@ -39,7 +39,7 @@ from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, 
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
 from grove.resolve import check_config
 from grove.rollout.engine import context_length
-from grove.rollout.hf_engine import TransformersEngine
+from grove.rollout_engines import build_rollout_engine
 from grove.sft.batches import sft_batch
 from grove.sft.data import SftExample
 from grove.sft.splits import load_splits
@@ -146,10 +146,7 @@ class SftTrainer:
         """The held-out evaluation of the config's ``env`` or ``task`` (rank 0), or ``None``."""
         if not self.evaluating or not self.world.is_main:
             return None
-        engine = TransformersEngine(
-            self.models.generation_model, self.tokenizer, reuse_prefixes=self.cfg.rollout.prefix_reuse,
-            exact_top_logits=self.cfg.rollout.exact_top_logits,
-        )
+        engine = build_rollout_engine(self.cfg.rollout, self.models.generation_model, self.tokenizer)
         return build_experience_source(SourceContext.for_evaluation(self.cfg, engine, self.tokenizer))
 
     # ------------------------------------------------------------------ evaluation

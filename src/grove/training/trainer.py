@@ -42,7 +42,7 @@ from grove.pipeline.step_metrics import step_metrics
 from grove.pipeline.token_details import TokenDetailsRecorder
 from grove.pipeline.update import Coefficients, UpdateSchedule, policy_update
 from grove.resolve import check_config, resolve_components
-from grove.rollout.hf_engine import TransformersEngine
+from grove.rollout_engines import build_rollout_engine
 from grove.training.nonfinite_guard import NonFiniteGuard, nonfinite_advantage_trajectories
 from grove.training.optim import build_optimizer
 from grove.training.policy_models import build_policy_models
@@ -98,10 +98,7 @@ class Trainer:
         self.loss_parts = self.components.loss
         self.models = build_policy_models(cfg, self.world, self.resume_from)
         self.model, self.tokenizer = self.models.train_module, self.models.tokenizer
-        self.engine = TransformersEngine(
-            self.models.generation_model, self.tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse,
-            exact_top_logits=cfg.rollout.exact_top_logits,
-        )
+        self.engine = build_rollout_engine(cfg.rollout, self.models.generation_model, self.tokenizer)
         a = cfg.algorithm
         self.generator = torch.Generator().manual_seed(derived_seed(cfg.seed, self.world.rank))
         self.source = build_experience_source(
