@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,12 +61,14 @@ def step_kind_id(name: str | None) -> int:
     return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF or 1
 
 
-STEP_FIELDS = ("sample", "group", "trajectory", "index", "anchor", "reward", "penalty", "terminal", "kind", "outcome")
+STEP_FIELDS = ("sample", "group", "trajectory", "index", "anchor", "reward", "penalty", "terminal")
 
 
 @dataclass(frozen=True)
 class StepTable:
     """``S`` environment steps, the unit of step-level credit assignment (GiGPO).
+
+    Universal columns, one value per step:
 
     * ``sample``     ``[S]`` the batch row holding this step's action tokens;
     * ``group``      ``[S]`` the env group (G copies of one task and seed), equal to the row's ``group_index``;
@@ -75,13 +78,13 @@ class StepTable:
       environment state (exact anchor key, no turn number, so revisited states pool);
     * ``reward``     ``[S]`` the environment reward ``r_t`` of the step;
     * ``penalty``    ``[S]`` the penalty charged to the step (``coef`` for an invalid action, else 0);
-    * ``terminal``   ``[S]`` bool: the trajectory's last step (done, failed or out of turns);
-    * ``kind``       ``[S]`` the step's type as a stable integer id (:func:`step_kind_id` of the name the
-      environment gives in ``info["step_type"]``, e.g. ``"query"`` or ``"answer"``; 0 when it gives none).
-      Step-GRPO can group corresponding steps by it. Optional when building a table: defaults to zeros;
-    * ``outcome``    ``[S]`` the outcome the environment reports on the step (``info["outcome"]``, e.g. the final
-      answer's correctness; 0 on other steps), so an episode's outcome is the sum over its steps: what
-      outcome-only estimators can score instead of the summed step rewards. Optional: defaults to zeros.
+    * ``terminal``   ``[S]`` bool: the trajectory's last step (done, failed or out of turns).
+
+    ``columns``: named method-specific signals, ``[S]`` each, produced from the steps by the registered step
+    annotators (``STEP_ANNOTATORS``, :mod:`grove.experience.step_annotators`: e.g. ``kind``, the step's type, which
+    Step-GRPO groups by, and ``outcome``, the outcome the environment reports, which outcome-only estimators score).
+    An estimator declares the columns it reads (``step_columns`` when it registers) and reads them with
+    :meth:`column`.
     """
 
     sample: Tensor
@@ -92,30 +95,47 @@ class StepTable:
     reward: Tensor
     penalty: Tensor
     terminal: Tensor
-    kind: Tensor | None = None
-    outcome: Tensor | None = None
+    columns: Mapping[str, Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind is None:
-            object.__setattr__(self, "kind", torch.zeros_like(self.sample))
-        if self.outcome is None:
-            object.__setattr__(self, "outcome", torch.zeros_like(self.reward))
         s = self.sample.shape
         if len(s) != 1:
             raise ValueError(f"StepTable.sample must be 1-D, got shape {tuple(s)}")
         for name in STEP_FIELDS:
             if getattr(self, name).shape != s:
                 raise ValueError(f"StepTable.{name} shape {tuple(getattr(self, name).shape)} != {tuple(s)}")
+        for name, values in self.columns.items():
+            if values.shape != s:
+                raise ValueError(f"StepTable column {name!r} shape {tuple(values.shape)} != {tuple(s)}")
 
     @property
     def num_steps(self) -> int:
         return self.sample.shape[0]
 
+    def column(self, name: str) -> Tensor:
+        """The named column; a clear error when no step annotator produced it."""
+        if name not in self.columns:
+            raise ValueError(
+                f"the step table has no column {name!r} (it has: {', '.join(sorted(self.columns)) or 'none'}); a "
+                "registered step annotator (STEP_ANNOTATORS) produces it from the environment's steps"
+            )
+        return self.columns[name]
+
+    def with_columns(self, **columns: Tensor) -> StepTable:
+        """This table with the named columns added or replaced."""
+        return dataclasses.replace(self, columns={**self.columns, **columns})
+
     def select(self, keep: Tensor) -> StepTable:
-        return StepTable(**{name: getattr(self, name)[keep] for name in STEP_FIELDS})
+        return StepTable(
+            **{name: getattr(self, name)[keep] for name in STEP_FIELDS},
+            columns={name: values[keep] for name, values in self.columns.items()},
+        )
 
     def to(self, device: torch.device | str) -> StepTable:
-        return StepTable(**{name: getattr(self, name).to(device) for name in STEP_FIELDS})
+        return StepTable(
+            **{name: getattr(self, name).to(device) for name in STEP_FIELDS},
+            columns={name: values.to(device) for name, values in self.columns.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -372,5 +392,11 @@ def _concat_steps(batches: list[RolloutBatch]) -> tuple[StepTable, Tensor]:
         row_offset += b.num_samples
         step_offset += st.num_steps
         anchor_offset += int(st.anchor.max()) + 1 if st.num_steps else 0
-    merged = StepTable(**{name: torch.cat([getattr(t, name) for t in tables]) for name in STEP_FIELDS})
+    names = set(tables[0].columns)
+    if any(set(t.columns) != names for t in tables):
+        raise ValueError("the step tables to concatenate have different columns")
+    merged = StepTable(
+        **{name: torch.cat([getattr(t, name) for t in tables]) for name in STEP_FIELDS},
+        columns={name: torch.cat([t.columns[name] for t in tables]) for name in sorted(names)},
+    )
     return merged, _pad_cat(tokens, left=False, value=-1)

@@ -77,6 +77,7 @@ class Entry(Generic[T]):
     reference: str = ""
     zero_advantage_rows_skippable: bool = False
     capabilities: frozenset[type] = field(default_factory=frozenset)
+    step_columns: frozenset[str] = frozenset()
 
     def declares(self, capability: type) -> bool:
         """Whether the parameter model declares ``capability`` (one of :data:`PARAMETER_CAPABILITIES`)."""
@@ -108,6 +109,7 @@ class Registry(Generic[T]):
         formula: str = "",
         reference: str = "",
         zero_advantage_rows_skippable: bool = False,
+        step_columns: tuple[str, ...] = (),
     ) -> Callable[[T], T]:
         """Decorator registering ``fn`` under ``id``. Ids are lowercase ``[a-z0-9_]`` and unique.
 
@@ -127,6 +129,10 @@ class Registry(Generic[T]):
         counts), so the update may leave such samples out of its forward and backward
         (``train.skip_zero_advantage``). Off unless declared: a component that couples rows (a covariance over the
         micro-batch, a per-micro-batch mean) must not set it.
+
+        ``step_columns`` (step-level advantage estimators): the named columns of the step table it reads
+        (:meth:`grove.batch.StepTable.column`), each produced by a registered step annotator (``STEP_ANNOTATORS``);
+        the config refuses an estimator whose columns no annotator produces.
         """
         if not id or id != id.lower() or not id.replace("_", "").isalnum():
             raise ValueError(f"{self.kind} id {id!r} must be lowercase letters, digits and '_'")
@@ -138,6 +144,7 @@ class Registry(Generic[T]):
             self._entries[id] = Entry(
                 id, fn, params, paper, summary or (doc[0] if doc else ""), frozenset(requires), formula, reference,
                 zero_advantage_rows_skippable, frozenset(c for c in PARAMETER_CAPABILITIES if issubclass(params, c)),
+                frozenset(step_columns),
             )
             return fn
 
@@ -179,6 +186,7 @@ ACTION_PARSERS: Registry = Registry("action parser")
 EXPERIENCE_SOURCES: Registry = Registry("experience source")
 KNOWLEDGE_BASES: Registry = Registry("knowledge base")
 ROLLOUT_ENGINES: Registry = Registry("rollout engine")
+STEP_ANNOTATORS: Registry = Registry("step annotator")
 
 
 def import_callable(path: str, what: str, error: type[Exception] = ValueError) -> Callable[..., Any]:

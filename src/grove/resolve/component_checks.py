@@ -24,6 +24,7 @@ from grove.registry import (
     REWARD_AGGREGATORS,
     REWARD_FUNCTIONS,
     ROLLOUT_ENGINES,
+    STEP_ANNOTATORS,
     MayProduceAdvantages,
     NeedsLargerGroups,
 )
@@ -170,6 +171,12 @@ def _check_experience_source(cfg: GroveConfig) -> None:
                 "(multi-turn episodes) or choose an outcome estimator such as grpo"
             )
         return
+    missing = sorted(ADVANTAGE_ESTIMATORS.entry(cfg.algorithm.advantage.id).step_columns - set(STEP_ANNOTATORS.ids()))
+    if missing:
+        raise ValueError(
+            f"algorithm.advantage: {cfg.algorithm.advantage.id!r} reads the step-table columns {missing}, which no step "
+            f"annotator produces (registered: {', '.join(STEP_ANNOTATORS.ids())}); register one in STEP_ANNOTATORS"
+        )
     e = cfg.env
     if e is None:
         raise ValueError("experience_source: environment needs an `env` section (env.id, env.params, ...)")
