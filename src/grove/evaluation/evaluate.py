@@ -121,22 +121,13 @@ def evaluate(
             {"prompt": p, "completion": c, "answer": e.answer, "correct": ok, "rewards": dict(zip(names, row, strict=True))}
             for p, c, e, ok, row in zip(prompts, out.texts, chunk, correct, values.tolist(), strict=True)
         )
-        per_batch = max(1, batch_size // max(samples, 1))  # eval.batch_size rows per generation, as the greedy pass
-        for part in range(0, len(chunk) if samples else 0, per_batch):
-            part_ids, part_examples = ids[part : part + per_batch], chunk[part : part + per_batch]
-            drawn = engine.generate(part_ids, samples, sampled, sample_generator)  # rows i * samples + j
-            repeated = [e for e in part_examples for _ in range(samples)]
-            scores = compute_rewards(
-                rewards, [e.prompt_text for e in repeated], drawn.texts, columns_for_rewards(repeated), step=-1, when=when
+        if samples:
+            counts, tokens, records = _sampled_pass(
+                engine, ids, chunk, rewards, column, samples, sampled, sample_generator, batch_size, when
             )
-            hits = (torch.nan_to_num(scores[:, column], nan=0.0) >= 1.0).view(len(part_examples), samples)
-            sampled_correct.extend(hits.sum(dim=1).tolist())
-            sampled_tokens += int(drawn.response_mask.sum())
-            sampled_out.extend(
-                {"prompt": e.prompt_text, "completion": c, "answer": e.answer, "correct": bool(ok),
-                 "eval_mode": "sampled", "rewards": dict(zip(names, row, strict=True))}
-                for e, c, ok, row in zip(repeated, drawn.texts, hits.flatten().tolist(), scores.tolist(), strict=True)
-            )
+            sampled_correct.extend(counts)
+            sampled_tokens += tokens
+            sampled_out.extend(records)
     if truncated:
         log.warning("rollout.prompt_overflow: truncate_left: %d of %d eval prompts lost their first tokens to fit "
                     "the model's context", truncated, len(examples))
@@ -153,6 +144,43 @@ def evaluate(
         mean_length=lengths / max(len(examples), 1),
         extra=extra,
     )
+
+
+def _sampled_pass(
+    engine: RolloutEngine,
+    ids: list[list[int]],
+    chunk: list[Example],
+    rewards: Sequence[RewardSpec],
+    column: int,
+    samples: int,
+    sampled: SamplingParams,
+    generator: torch.Generator,
+    batch_size: int,
+    when: str,
+) -> tuple[list[int], int, list[dict]]:
+    """``samples`` sampled completions of each example of ``chunk`` (prompt ids ``ids``), ``batch_size`` rows per
+    generation as the greedy pass: each example's correct count, the generated tokens, the sample records."""
+    names, _ = reward_columns(rewards)
+    counts: list[int] = []
+    tokens = 0
+    records: list[dict] = []
+    per_batch = max(1, batch_size // samples)
+    for part in range(0, len(chunk), per_batch):
+        part_ids, part_examples = ids[part : part + per_batch], chunk[part : part + per_batch]
+        drawn = engine.generate(part_ids, samples, sampled, generator)  # rows i * samples + j
+        repeated = [e for e in part_examples for _ in range(samples)]
+        scores = compute_rewards(
+            rewards, [e.prompt_text for e in repeated], drawn.texts, columns_for_rewards(repeated), step=-1, when=when
+        )
+        hits = (torch.nan_to_num(scores[:, column], nan=0.0) >= 1.0).view(len(part_examples), samples)
+        counts.extend(hits.sum(dim=1).tolist())
+        tokens += int(drawn.response_mask.sum())
+        records.extend(
+            {"prompt": e.prompt_text, "completion": c, "answer": e.answer, "correct": bool(ok),
+             "eval_mode": "sampled", "rewards": dict(zip(names, row, strict=True))}
+            for e, c, ok, row in zip(repeated, drawn.texts, hits.flatten().tolist(), scores.tolist(), strict=True)
+        )
+    return counts, tokens, records
 
 
 def _summaries(rewards: Sequence[RewardSpec], matrix: torch.Tensor, columns: dict[str, list]) -> dict[str, float]:

@@ -38,6 +38,28 @@ def _right(rows: Sequence[Sequence], width: int, pad) -> list[list]:
     return [list(r) + [pad] * (width - len(r)) for r in rows]
 
 
+def _step_table(
+    step_rows: dict[str, list], turns: list[Turn], anchor_similarity: float | None
+) -> StepTable:
+    """The step table of the steps collected in ``step_rows`` (their played ``turns`` in the same order): anchor
+    groups from the observations' anchor keys, and every registered step annotator's column."""
+    anchors = anchor_ids(
+        step_rows["group"], [t.observation.anchor for t in turns], [t.observation.text for t in turns],
+        anchor_similarity,
+    )
+    return StepTable(
+        sample=torch.tensor(step_rows["sample"], dtype=torch.long),
+        group=torch.tensor(step_rows["group"], dtype=torch.long),
+        trajectory=torch.tensor(step_rows["trajectory"], dtype=torch.long),
+        index=torch.tensor(step_rows["index"], dtype=torch.long),
+        anchor=torch.tensor(anchors, dtype=torch.long),
+        reward=torch.tensor(step_rows["reward"], dtype=torch.float32),
+        penalty=torch.tensor(step_rows["penalty"], dtype=torch.float32),
+        terminal=torch.tensor(step_rows["terminal"], dtype=torch.bool),
+        columns={entry.id: entry.fn(turns) for entry in STEP_ANNOTATORS},
+    )
+
+
 def trajectories_to_batch(
     trajectories: Sequence[Trajectory],
     group_size: int,
@@ -51,7 +73,6 @@ def trajectories_to_batch(
     reward_rows, scores = [], []
     step_rows = {k: [] for k in ("sample", "group", "trajectory", "index", "reward", "penalty", "terminal")}
     step_turns: list[Turn] = []
-    anchor_keys, anchor_texts = [], []
     for traj in trajectories:
         if not traj.samples:
             continue
@@ -72,8 +93,6 @@ def trajectories_to_batch(
                 step_rows["penalty"].append(turn.penalty)
                 step_rows["terminal"].append(t == len(traj.turns) - 1)
                 step_turns.append(turn)
-                anchor_keys.append(turn.observation.anchor)
-                anchor_texts.append(turn.observation.text)
             prompts.append(sample.prompt_ids)
             responses.append(sample.response_ids)
             logprobs.append(sample.logprobs)
@@ -92,19 +111,7 @@ def trajectories_to_batch(
     r_width = max(len(r) for r in responses)
     response_mask = torch.tensor(_right([[1] * len(r) for r in responses], r_width, 0), dtype=torch.bool)
     token_steps = torch.tensor(_right(token_turns, r_width, -1), dtype=torch.long)
-    steps = StepTable(
-        sample=torch.tensor(step_rows["sample"], dtype=torch.long),
-        group=torch.tensor(step_rows["group"], dtype=torch.long),
-        trajectory=torch.tensor(step_rows["trajectory"], dtype=torch.long),
-        index=torch.tensor(step_rows["index"], dtype=torch.long),
-        anchor=torch.tensor(
-            anchor_ids(step_rows["group"], anchor_keys, anchor_texts, anchor_similarity), dtype=torch.long
-        ),
-        reward=torch.tensor(step_rows["reward"], dtype=torch.float32),
-        penalty=torch.tensor(step_rows["penalty"], dtype=torch.float32),
-        terminal=torch.tensor(step_rows["terminal"], dtype=torch.bool),
-        columns={entry.id: entry.fn(step_turns) for entry in STEP_ANNOTATORS},
-    )
+    steps = _step_table(step_rows, step_turns, anchor_similarity)
     batch = RolloutBatch(
         prompt_ids=torch.tensor(_left(prompts, p_width, pad_token_id), dtype=torch.long),
         prompt_mask=torch.tensor(_left([[1] * len(p) for p in prompts], p_width, 0), dtype=torch.bool),
