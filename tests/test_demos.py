@@ -30,7 +30,7 @@ from grove.envs.actions import ParsedAction
 from grove.envs.base import EnvironmentSuite, Observation, Transition
 from grove.experience.completions import rollout_sampling
 from grove.experience.environment import EnvironmentSource
-from grove.experience.episodes import SampleTokens
+from grove.experience.episode_records import SampleTokens
 from grove.experience.source import SourceContext
 from grove.models.tiny import build_tiny_tokenizer
 from grove.registry import ACTION_PARSERS, NoParams

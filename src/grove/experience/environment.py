@@ -38,7 +38,8 @@ from grove.experience.episode_metrics import (
     mask_coverage,
     rollout_timing,
 )
-from grove.experience.episodes import EpisodeRun, Prompter, Trajectory, run_episodes
+from grove.experience.episode_records import EpisodeRun, Prompter, Trajectory
+from grove.experience.episodes import run_episodes
 from grove.experience.prompters import build_prompter
 from grove.experience.source import ScoredExperience, SourceContext
 from grove.experience.task_sampler import TaskSampler

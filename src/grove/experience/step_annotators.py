@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from grove.batch import step_kind_id
-from grove.experience.episodes import Turn
+from grove.experience.episode_records import Turn
 from grove.registry import STEP_ANNOTATORS
 
 __all__ = ["step_kind", "step_outcome", "step_type"]

@@ -22,7 +22,7 @@ import torch
 from grove.batch import RolloutBatch, StepTable
 from grove.experience import step_annotators  # noqa: F401  (registers the built-in step annotators)
 from grove.experience.anchors import anchor_ids
-from grove.experience.episodes import Trajectory, Turn
+from grove.experience.episode_records import Trajectory, Turn
 from grove.registry import STEP_ANNOTATORS
 
 __all__ = ["REWARD_COLUMNS", "trajectories_to_batch"]
