@@ -63,7 +63,7 @@ def _update(model, batch, policy_loss, sequence_count="all_rows", micro=6):
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     parts = LossComponents(
         policy_loss=policy_loss, policy_params=NoParams() if policy_loss is recording_loss else PPOClipParams(),
-        aggregate=seq_mean_token_mean, kl_estimator=None, temperature=1.0, max_response_length=6,
+        loss_aggregation=seq_mean_token_mean, kl_estimator=None, temperature=1.0, max_response_length=6,
         forward="packed", sequence_count=sequence_count,
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.0)

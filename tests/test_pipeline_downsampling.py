@@ -90,7 +90,7 @@ def rollout_batch(policy) -> RolloutBatch:
 def _update(model, batch, token_selection, ratio, micro):
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     parts = LossComponents(
-        policy_loss=ppo_clip, policy_params=PPOClipParams(), aggregate=token_mean, kl_estimator=None,
+        policy_loss=ppo_clip, policy_params=PPOClipParams(), loss_aggregation=token_mean, kl_estimator=None,
         temperature=1.0, max_response_length=8, forward="packed", token_selection=token_selection,
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

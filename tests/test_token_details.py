@@ -123,7 +123,7 @@ def batch(policy) -> RolloutBatch:
 def _parts(scope: str | None = None, skip: bool = False, temperature: float = 1.0) -> LossComponents:
     return LossComponents(
         policy_loss=POLICY_LOSSES.get("ppo_clip"), policy_params=POLICY_LOSSES.validate_params("ppo_clip", {}),
-        aggregate=LOSS_AGGREGATIONS.get("token_mean"), kl_estimator=None, temperature=temperature,
+        loss_aggregation=LOSS_AGGREGATIONS.get("token_mean"), kl_estimator=None, temperature=temperature,
         max_response_length=8, forward="packed", skip_zero_advantage=skip,
         token_selection=TokenSelection(scope) if scope else None,
     )

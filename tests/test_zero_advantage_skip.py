@@ -72,7 +72,7 @@ def batch(policy) -> RolloutBatch:
 def _parts(loss: str, aggregation: str, skip: bool) -> LossComponents:
     return LossComponents(
         policy_loss=POLICY_LOSSES.get(loss), policy_params=POLICY_LOSSES.validate_params(loss, {}),
-        aggregate=LOSS_AGGREGATIONS.get(aggregation), kl_estimator=None, temperature=1.0, max_response_length=6,
+        loss_aggregation=LOSS_AGGREGATIONS.get(aggregation), kl_estimator=None, temperature=1.0, max_response_length=6,
         forward="packed", skip_zero_advantage=skip,
     )
 

@@ -118,7 +118,7 @@ def _score(
     return RoundScores(rewards, names, weights, prompts, unscorable, frozenset(skipped))
 
 
-def aggregate(batch: RolloutBatch, s: ExperienceSettings):
+def combined_objectives(batch: RolloutBatch, s: ExperienceSettings):
     """The reward aggregator's output on ``batch`` (scores, per-objective contributions, signal columns)."""
     return run_aggregator(s.aggregator, batch, s.aggregator_params)
 
@@ -253,4 +253,4 @@ def _truncated_fraction(batch: RolloutBatch, world: World) -> float:
 
 def _informative(batch: RolloutBatch, s: ExperienceSettings) -> Tensor:
     """``bool [N]``: the sample's group carries signal under the reward aggregator (component-aware)."""
-    return informative_from_signal(aggregate(batch, s).signal, batch.group_index)
+    return informative_from_signal(combined_objectives(batch, s).signal, batch.group_index)

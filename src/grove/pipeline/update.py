@@ -75,7 +75,7 @@ class LossComponents:
 
     policy_loss: PolicyLossFn
     policy_params: BaseModel
-    aggregate: Callable[[Tensor, Tensor, AggregationScale], Tensor]
+    loss_aggregation: Callable[[Tensor, Tensor, AggregationScale], Tensor]  # the token loss reduced to one number
     kl_estimator: Callable[[Tensor, Tensor], Tensor] | None  # set when the KL term is in the loss
     temperature: float
     max_response_length: int
@@ -198,15 +198,15 @@ def micro_batch_loss(
     out = parts.policy_loss(inputs, parts.policy_params)
     token_loss = out.token_loss if mb.correction_weights is None else out.token_loss * mb.correction_weights
     weight = (lambda t: t) if mb.sample_weights is None else (lambda t: t * mb.sample_weights[:, None])
-    loss = parts.aggregate(weight(token_loss), mask, scale)
+    loss = parts.loss_aggregation(weight(token_loss), mask, scale)
     stats = dict(out.token_stats)
     stats["entropy"] = entropy.detach()
     if parts.kl_estimator is not None and mb.ref_logprobs is not None:
         kl = parts.kl_estimator(logprobs, mb.ref_logprobs)
-        loss = loss + coefs.kl * parts.aggregate(weight(kl), mask, scale)
+        loss = loss + coefs.kl * parts.loss_aggregation(weight(kl), mask, scale)
         stats["kl"] = kl.detach()
     if coefs.entropy:
-        loss = loss - coefs.entropy * parts.aggregate(weight(entropy), mask, scale)
+        loss = loss - coefs.entropy * parts.loss_aggregation(weight(entropy), mask, scale)
     mismatch = (logprobs.detach() - rollout).abs() * mb.loss_mask
     return loss, stats, mismatch, mask
 

@@ -91,7 +91,7 @@ def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
     return LossComponents(
         policy_loss=POLICY_LOSSES.get(a.policy_loss.id),
         policy_params=a.policy_loss.validated(POLICY_LOSSES),
-        aggregate=LOSS_AGGREGATIONS.get(a.aggregation),
+        loss_aggregation=LOSS_AGGREGATIONS.get(a.aggregation),
         kl_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.coef > 0 and a.kl.placement == "loss" else None,
         temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
         max_response_length=cfg.rollout.max_new_tokens,

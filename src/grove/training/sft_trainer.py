@@ -113,7 +113,7 @@ class SftTrainer:
         self.loss_parts = LossComponents(
             policy_loss=POLICY_LOSSES.get("nll"),
             policy_params=NoParams(),
-            aggregate=LOSS_AGGREGATIONS.get("token_mean"),
+            loss_aggregation=LOSS_AGGREGATIONS.get("token_mean"),
             kl_estimator=None,
             temperature=1.0,
             max_response_length=self.max_length,
