@@ -55,12 +55,12 @@ from seeded_runs import (
 
 def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float]:
     import grove.builtin_components  # noqa: F401
-    from grove.config import load_config
     from grove.experience import SourceContext, build_experience_source
     from grove.experience.episode_metrics import anchor_metrics, episode_metrics
     from grove.experience.trajectory_batch import trajectories_to_batch
     from grove.infra.runtime import configure_runtime
     from grove.models.pretrained import load_policy
+    from grove.resolve import load_config
     from grove.rollout.hf_engine import TransformersEngine
 
     cfg = load_config(config, overrides)

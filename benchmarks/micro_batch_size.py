@@ -27,7 +27,7 @@ from pathlib import Path
 
 from step_memory import WORK
 
-from grove.config import load_config
+from grove.resolve import load_config
 from grove.training import trainer as trainer_module
 from grove.training.policy_models import set_activation_checkpointing
 from grove.training.trainer import Trainer

@@ -37,12 +37,12 @@ from collections import Counter
 import torch
 
 import grove.builtin_components  # noqa: F401
-from grove.config import load_config
 from grove.experience import SourceContext, build_experience_source
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime, release_host_memory
 from grove.models.initial_weights import policy_source
 from grove.models.pretrained import load_policy
+from grove.resolve import load_config
 from grove.rollout.hf_engine import TransformersEngine
 from grove.training.policy_models import build_generation_weights
 

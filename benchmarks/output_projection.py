@@ -6,7 +6,7 @@ Side by side in this one process, alternating, on SmolLM2-135M's output shape (V
   materialises the logits does; it keeps ``[T, V]`` logits, log-probs and probabilities for backward);
 * ``checkpointed``: the same per 256-row chunk under activation checkpointing (grove's implementation
   before the fused function: bounded memory, one recomputed matmul and ~15 passes over each chunk);
-* ``grove-cache`` / ``grove-recompute``: :func:`grove.core.output_projection.token_logprobs_and_entropy` with the
+* ``grove-cache`` / ``grove-recompute``: :func:`grove.kernels.output_projection.token_logprobs_and_entropy` with the
   softmax cached for backward / recomputed in backward (``train.logit_cache_mb`` above / at 0).
 
 Rows default to one micro-batch of the TRL benchmark (8 completions × ≈ 41 tokens = 326 rows). Each
@@ -25,8 +25,8 @@ import time
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from grove.core.output_projection import DEFAULT_CHUNK_SIZE, token_logprobs_and_entropy
 from grove.infra.runtime import configure_runtime
+from grove.kernels.output_projection import DEFAULT_CHUNK_SIZE, token_logprobs_and_entropy
 
 
 def naive(hidden, weight, targets):

@@ -67,11 +67,11 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict:
     """Episodes of the base model on ``groups`` training questions spread over the list (G each, sampling as in
     training)."""
     import grove.builtin_components  # noqa: F401
-    from grove.config import load_config
     from grove.experience import SourceContext, build_experience_source
     from grove.experience.episode_metrics import environment_summary, episode_metrics
     from grove.infra.runtime import configure_runtime
     from grove.models.pretrained import load_policy
+    from grove.resolve import load_config
     from grove.rollout.hf_engine import TransformersEngine
 
     cfg = load_config(config, overrides)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from grove.config import load_config
+from grove.resolve import load_config
 from grove.training import trainer as trainer_module
 from grove.training.trainer import Trainer
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from step_memory import WORK  # this directory (benchmarks are run as scripts)
 
-from grove.config import load_config
 from grove.config.sections import TokenDetailsConfig
+from grove.resolve import load_config
 from grove.training.trainer import Trainer
 
 DEFAULT_EVERY = TokenDetailsConfig().every

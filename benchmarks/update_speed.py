@@ -26,21 +26,22 @@ import time
 import torch
 
 import grove.builtin_components  # noqa: F401
-from grove.config import load_config
 from grove.experience.task_sampler import TaskSampler
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime
 from grove.models.compiled_layers import compile_decoder_layers
 from grove.models.pretrained import load_policy
-from grove.pipeline.collect import ExperienceSettings, collect_experience
+from grove.pipeline.collect import ExperienceSettings, collect_scored
+from grove.pipeline.credit import CreditAssignment
 from grove.pipeline.update import UpdateSchedule, policy_update
 from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.resolve import load_config
+from grove.resolve.run_components import resolve_loss_components
 from grove.rewards.scoring import resolve_rewards
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 from grove.tasks.task import build_task
 from grove.training.optim import build_optimizer
-from grove.training.trainer import resolve_loss_components
 
 LAYOUTS = {"padded": "padded", "shared": "shared_prefix", "packed": "packed"}
 
@@ -75,11 +76,15 @@ def main() -> None:
         completions_per_group=cfg.train.completions_per_prompt,
         sampling=SamplingParams(temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens),
         rewards=resolve_rewards(cfg.rewards),
+    )
+    credit = CreditAssignment(
         advantage_fn=ADVANTAGE_ESTIMATORS.get("grpo"),
         advantage_params=ADVANTAGE_ESTIMATORS.validate_params("grpo", {}),
+        aggregator=settings.aggregator,
+        aggregator_params=settings.aggregator_params,
     )
     engine = TransformersEngine(model, tokenizer)
-    exp = collect_experience(engine, draw, settings, torch.Generator().manual_seed(0), step=1)
+    exp = credit(collect_scored(engine, draw, settings, torch.Generator().manual_seed(0), step=1))
     batch = exp.batch
     prompt_tokens = int(batch.prompt_mask.sum())
     response_tokens = int(batch.response_mask.sum())

@@ -89,7 +89,7 @@ def arithmetic_examples(n: int):
 def worker_grove(
     name: str, steps: int, threads: int, precision: str, device: str, model: str | None, extra: tuple[str, ...] = ()
 ) -> dict:
-    from grove.config import load_config
+    from grove.resolve import load_config
     from grove.training.trainer import Trainer
 
     out = tempfile.mkdtemp(prefix="vs_trl_grove_")

@@ -21,8 +21,9 @@ import torch
 torch.set_num_threads(1)
 
 import grove.training.trainer as trainer_module  # noqa: E402
-from grove.config import load_config  # noqa: E402
 from grove.distributed.world import init_world  # noqa: E402
+from grove.registry import ROLLOUT_ENGINES  # noqa: E402
+from grove.resolve import load_config  # noqa: E402
 from grove.rollout.hf_engine import TransformersEngine  # noqa: E402
 
 # each completion starts with one of these (environment actions, or an invalid one), then random tokens
@@ -67,6 +68,11 @@ class ScriptedEngine(TransformersEngine):
         return tokens, logprobs, lengths, torch.zeros(rows, dtype=torch.long), 0  # no prompt tokens reused
 
 
+def scripted_engine(model: torch.nn.Module, tokenizer, rollout) -> ScriptedEngine:
+    """The rollout engine of these runs (``rollout.engine: scripted``), registered like any other engine."""
+    return ScriptedEngine(model, tokenizer, reuse_prefixes=rollout.prefix_reuse, exact_top_logits=rollout.exact_top_logits)
+
+
 def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter's gradient in full (FSDP2 shards gathered: all ranks must call this)."""
     out = {}
@@ -81,9 +87,9 @@ def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def main(spec_path: str) -> None:
     cases = json.loads(Path(spec_path).read_text())
     world = init_world(timeout_seconds=300)
-    trainer_module.TransformersEngine = ScriptedEngine
+    ROLLOUT_ENGINES.register("scripted")(scripted_engine)
     for case in cases:
-        cfg = load_config(None, case["overrides"])
+        cfg = load_config(None, [*case["overrides"], "rollout.engine=scripted"])
         trainer = trainer_module.Trainer(cfg, Path(cfg.output_dir), resume=case.get("resume", False), world=world)
         trainer.run()
         grads = full_gradients(trainer.model)

@@ -113,6 +113,8 @@ def make_agent_batch(
         reward=torch.tensor(col([trajs[j].rewards[t] for j, t in canon]), dtype=torch.float64),
         penalty=torch.tensor(col([trajs[j].penalty(t) for j, t in canon]), dtype=torch.float64),
         terminal=torch.tensor(col([t == len(trajs[j].rewards) - 1 for j, t in canon]), dtype=torch.bool),
+        # what the built-in annotators give steps with no step_type and no outcome in their info
+        columns={"kind": torch.zeros(n_steps, dtype=torch.long), "outcome": torch.zeros(n_steps, dtype=torch.float32)},
     )
     first = [cs[0] for cs in members]
     batch = RolloutBatch(

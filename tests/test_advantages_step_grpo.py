@@ -41,7 +41,7 @@ def hand_batch() -> RolloutBatch:
         reward=torch.tensor(reward, dtype=torch.float64),
         penalty=torch.zeros(n, dtype=torch.float64),
         terminal=torch.tensor([True, False, True, False, False, True]),
-        kind=torch.tensor(kind),
+        columns={"kind": torch.tensor(kind)},
     )
     return RolloutBatch(
         prompt_ids=torch.ones(n, 1, dtype=torch.long),
@@ -101,9 +101,7 @@ def test_lone_raw_and_mean_norm():
 def test_penalty_is_subtracted_from_the_step_value():
     batch = hand_batch()
     steps = batch.steps
-    penalised = StepTable(**{**{k: getattr(steps, k) for k in ("sample", "group", "trajectory", "index", "anchor",
-                                                                 "reward", "terminal", "kind")},
-                             "penalty": torch.tensor([0.0, 0.0, 0.0, 0.5, 0.0, 0.0], dtype=torch.float64)})
+    penalised = dataclasses.replace(steps, penalty=torch.tensor([0.0, 0.0, 0.0, 0.5, 0.0, 0.0], dtype=torch.float64))
     batch = dataclasses.replace(batch, steps=penalised)
     out = run("step_grpo", batch, grouping="type_and_ordinal", mode="mean_norm")
     # first queries {1, 0 - 0.5}: mean 0.25
@@ -136,7 +134,7 @@ def test_corresponding_groups_sum_to_zero_and_stay_in_their_env_group(grouping):
         trajs = random_trajs(rng)
         batch, where = make_agent_batch(trajs)
         kinds = torch.tensor([rng.choice([QUERY, ANSWER]) for _ in range(batch.steps.num_steps)])
-        batch = dataclasses.replace(batch, steps=dataclasses.replace(batch.steps, kind=kinds))
+        batch = dataclasses.replace(batch, steps=batch.steps.with_columns(kind=kinds))
         segment, num = corresponding_steps(batch.steps, grouping)
         group, _ = dense_index(batch.steps.group)
         for s in range(num):
@@ -194,7 +192,7 @@ def test_episode_grpo_can_score_the_reported_outcome():
     correctness), not by the summed step rewards: outcome-only GRPO on step-rewarded experience."""
     batch = hand_batch()
     outcome = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 1.0], dtype=torch.float64)  # on the answer steps: A 1, B 0, C 1
-    batch = dataclasses.replace(batch, steps=dataclasses.replace(batch.steps, outcome=outcome))
+    batch = dataclasses.replace(batch, steps=batch.steps.with_columns(outcome=outcome))
     out = run("episode_grpo", batch, episode_score="outcome", episode_statistics="trajectories",
               mode="mean_std_norm", eps=0.0)
     # outcomes A 1, B 0, C 1: mean 2/3, std sqrt(1/3) -> A, C +1/sqrt(3), B -2/sqrt(3), on every step

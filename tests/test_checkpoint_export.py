@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from grove.cli import app
 from grove.infra import checkpoint as ckpt
-from grove.models.lora import ModelFilesError, export_merged
+from grove.models.merged_export import export_merged
+from grove.models.model_files import ModelFilesError
 from grove.training.checkpoint_export import DamagedCheckpointError, export_checkpoint
 
 

@@ -8,12 +8,13 @@ import torch
 from tests.test_train_e2e import rows_with_flag_off_and_on
 from torch import nn
 
-from grove.config import ConfigError, load_config
+from grove.config import ConfigError
 from grove.distributed.world import World
 from grove.models.compiled_layers import CompileUnavailable, compile_decoder_layers, decoder_layers
-from grove.models.forward import policy_forward_packed
+from grove.models.packed_forward import policy_forward_packed
 from grove.models.pretrained import load_policy
 from grove.models.tiny import create_tiny_model_dir
+from grove.resolve import load_config
 from grove.training.policy_models import build_policy_models
 
 

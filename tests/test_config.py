@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from grove.config import ConfigError, GroveConfig, apply_overrides, load_config
+from grove.config import ConfigError, GroveConfig, apply_overrides
+from grove.resolve import load_config
 
 
 def write(tmp_path, text: str):

@@ -20,13 +20,14 @@ from typer.testing import CliRunner
 
 import grove.builtin_components  # noqa: F401  (fills the registries the keys and ids come from)
 from grove.cli import app
-from grove.config import ConfigError, GroveConfig, load_config
+from grove.config import ConfigError, GroveConfig
 from grove.registry import (
     ADVANTAGE_ESTIMATORS,
     POLICY_LOSSES,
     REWARD_AGGREGATORS,
     REWARD_FUNCTIONS,
 )
+from grove.resolve import load_config
 from grove.tasks.task import TASKS
 
 FAST = settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import grove.core  # noqa: F401  (registration)
-from grove.config import load_config
 from grove.core.kl import abs_kl, k1, k1_st, k2, k3, k3_st, low_var_k3, low_var_k3_st
 from grove.registry import KL_ESTIMATORS
+from grove.resolve import load_config
 
 F64 = torch.float64
 ST = {"k1_st": (k1_st, k1), "k3_st": (k3_st, k3), "low_var_k3_st": (low_var_k3_st, low_var_k3)}

@@ -18,8 +18,8 @@ import torch
 import yaml
 
 import grove.tasks.clinical as clinical
+from grove.atomic_files import write_json_atomic
 from grove.config import GroveConfig
-from grove.config.loading import load_config
 from grove.demos import (
     ActionFormatError,
     EnvironmentDemonstrations,
@@ -30,10 +30,11 @@ from grove.envs.actions import ParsedAction
 from grove.envs.base import EnvironmentSuite, Observation, Transition
 from grove.experience.completions import rollout_sampling
 from grove.experience.environment import EnvironmentSource
-from grove.experience.episodes import SampleTokens
+from grove.experience.episode_records import SampleTokens
 from grove.experience.source import SourceContext
 from grove.models.tiny import build_tiny_tokenizer
 from grove.registry import ACTION_PARSERS, NoParams
+from grove.resolve import load_config
 from grove.rewards.scoring import compute_rewards, resolve_rewards, reward_columns
 from grove.rollout.engine import RolloutOutput, encode_prompts
 from grove.sft.demonstration_format import DemonstrationRow, tokenizer_fingerprint
@@ -469,8 +470,8 @@ def test_clinical_gold_completions_score_one_on_every_objective(tokenizer, tmp_p
     params = clinical.ClinicalHpoParams(**cfg.task.params)
     special = _case(3, None, [FINDINGS[0], FINDINGS[1], PIGMENTOSA, FINDINGS[3]], SPECIAL)
     cases = {"train": [_case(2, None), _case(1, CATARACT), _case(0, None), special], "eval": [_case(3, None)]}
-    clinical._write_json_atomic(clinical.cases_path(params), cases)
-    clinical._write_json_atomic(clinical.lexicon_path(params), {"format": 1, "terms": LEXICON})
+    write_json_atomic(clinical.cases_path(params), cases)
+    write_json_atomic(clinical.lexicon_path(params), {"format": 1, "terms": LEXICON})
     task = build_task(cfg.task)
     out = tmp_path / "clinical.jsonl"
     write_demonstrations(cfg, tokenizer, out, episodes=8)

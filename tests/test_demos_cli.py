@@ -11,10 +11,11 @@ from tests.tiny_runs import TESTS
 from typer.testing import CliRunner
 
 from grove.cli import app
-from grove.config import dump_config, load_config
+from grove.config import dump_config
 from grove.envs import build_environment
 from grove.models.pretrained import load_policy
 from grove.models.tiny import create_tiny_model_dir
+from grove.resolve import load_config
 from grove.sft.data import load_sft_examples
 
 FROZENLAKE = ("env={id: frozenlake, params: {size: 4, slippery: false, maps: random, num_train_tasks: 8, "

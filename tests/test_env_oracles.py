@@ -20,17 +20,14 @@ from tests.test_envs_toy_text import taxi_plan
 from grove.envs import build_environment
 from grove.envs import sokoban as sokoban_module
 from grove.envs.base import Transition
+from grove.envs.cliffwalking import CliffWalkingEnvironment, CliffWalkingParams
+from grove.envs.frozenlake import FrozenLakeEnvironment, FrozenLakeParams
 from grove.envs.kb_routing import KbRoutingEnv, KbRoutingParams, _Shared
 from grove.envs.kb_routing_rewards import format_ok
 from grove.envs.oracle import OracleEnvironment, has_oracle
-from grove.envs.sokoban import SokobanEnvironment, SokobanLevel, SokobanParams, generate_level, solve
-from grove.envs.toy_text import (
-    CliffWalkingEnvironment,
-    CliffWalkingParams,
-    FrozenLakeEnvironment,
-    FrozenLakeParams,
-    plan_transition_table,
-)
+from grove.envs.sokoban import SokobanEnvironment, SokobanParams
+from grove.envs.sokoban_levels import SokobanLevel, generate_level, solve
+from grove.envs.transition_table_plans import plan_transition_table
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TASKS = 20

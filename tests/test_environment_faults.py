@@ -23,7 +23,6 @@ from tests.test_experience_environments import env_args
 from typer.testing import CliRunner
 
 from grove.cli import app
-from grove.config import load_config
 from grove.envs import build_environment
 from grove.envs.actions import ParsedAction
 from grove.experience import SourceContext, build_experience_source
@@ -33,6 +32,7 @@ from grove.experience.episodes import run_episodes
 from grove.experience.per_step_prompts import PerStepPrompter
 from grove.experience.step_results import MalformedEnvironmentResult
 from grove.experience.trajectory_batch import trajectories_to_batch
+from grove.resolve import load_config
 from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine
 from grove.user_code import UserCodeExit, grove_handles_stop_signals

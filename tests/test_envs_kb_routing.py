@@ -220,9 +220,9 @@ def test_rollouts_are_token_exact_and_carry_step_types(policy):
         batch, _ = trajectories_to_batch(run.trajectories, 3, pad_token_id=tokenizer.pad_token_id)
         kinds = {step_kind_id(t.info.get("step_type", "invalid" if not t.parsed.valid else None))
                  for tr in run.trajectories for t in tr.turns}
-        assert set(batch.steps.kind.tolist()) == kinds
+        assert set(batch.steps.column("kind").tolist()) == kinds
         outcomes = [float(t.info.get("outcome", 0.0)) for tr in run.trajectories for t in tr.turns]
-        assert batch.steps.outcome.tolist() == pytest.approx(outcomes)
+        assert batch.steps.column("outcome").tolist() == pytest.approx(outcomes)
         # random text is an invalid reply: penalised, typed "invalid", the environment gives feedback
         invalid = [t for tr in run.trajectories for t in tr.turns if t.invalid]
         assert invalid and all(t.penalty == 0.1 for t in invalid)

@@ -8,7 +8,8 @@ from collections import deque
 import pytest
 
 from grove.envs import build_environment
-from grove.envs.sokoban import EVAL_TASK_OFFSET, MOVES, SokobanLevel, generate_level, render_grid
+from grove.envs.sokoban import EVAL_TASK_OFFSET
+from grove.envs.sokoban_levels import MOVES, SokobanLevel, generate_level, render_grid
 
 
 def shortest_solution(level: SokobanLevel) -> int:

@@ -1,4 +1,4 @@
-"""Gymnasium toy-text environments as text (grove.envs.toy_text) and build_environment (grove.envs.factory)."""
+"""Gymnasium toy-text environments as text (grove.envs.frozenlake, cliffwalking, taxi) and build_environment (grove.envs.factory)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from grove.envs import EnvironmentSuite, Observation, Transition, build_environment
-from grove.envs.toy_text import EVAL_TASK_OFFSET, TAXI_START_STATES, _frozenlake_map
+from grove.envs.frozenlake import _frozenlake_map
+from grove.envs.taxi import TAXI_START_STATES
+from grove.envs.toy_text_environment import EVAL_TASK_OFFSET
 from grove.registry import ENVIRONMENTS
 
 
@@ -284,10 +286,10 @@ def test_build_environment_by_import_path():
     assert list(build_environment(f"{__name__}:typed_suite", {"tasks": 4}).train_tasks) == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="tasks"):
         build_environment(f"{__name__}:typed_suite", {"tasks": 0})
-    registered = build_environment("grove.envs.toy_text:cliffwalking_suite", {"num_train_tasks": 3})
+    registered = build_environment("grove.envs.cliffwalking:cliffwalking_suite", {"num_train_tasks": 3})
     assert registered.name == "cliffwalking" and len(registered.train_tasks) == 3
     with pytest.raises(ValueError, match="num_train_task"):
-        build_environment("grove.envs.toy_text:cliffwalking_suite", {"num_train_task": 3})
+        build_environment("grove.envs.cliffwalking:cliffwalking_suite", {"num_train_task": 3})
     with pytest.raises(ValueError, match="cannot import"):
         build_environment("no_such_module_xyz:f", {})
     with pytest.raises(ValueError, match="no attribute"):

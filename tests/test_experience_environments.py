@@ -16,7 +16,7 @@ from grove.envs import build_environment
 from grove.envs.actions import ParsedAction
 from grove.experience.episodes import run_episodes
 from grove.experience.trajectory_batch import trajectories_to_batch
-from grove.models.forward import response_logprobs
+from grove.models.logprob_module import response_logprobs
 from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine
 

@@ -9,10 +9,11 @@ from tests.agent_envs import corridor
 from grove.envs.actions import ParsedAction
 from grove.experience.anchors import anchor_ids
 from grove.experience.conversation import ConversationPrompter
-from grove.experience.episodes import Turn, run_episodes
+from grove.experience.episode_records import Turn
+from grove.experience.episodes import run_episodes
 from grove.experience.per_step_prompts import PerStepPrompter
 from grove.experience.trajectory_batch import trajectories_to_batch
-from grove.models.forward import response_logprobs
+from grove.models.logprob_module import response_logprobs
 from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine
 
@@ -257,7 +258,7 @@ def test_trajectory_record_keeps_the_step_info_json_can_hold():
     import math
 
     from grove.envs.base import Observation
-    from grove.experience.episodes import Trajectory
+    from grove.experience.episode_records import Trajectory
 
     turn = _turn([1, 2], Observation("start", anchor=0))
     turn.info = {"step_type": "query", "kb": "tables", "routing_correct": True, "hit": 1, "score": 0.5,

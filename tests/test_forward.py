@@ -8,13 +8,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grove.core.output_projection import (
+from grove.kernels.output_projection import (
     DEFAULT_CACHE_BYTES,
     _chunks,
     cache_bytes_needed,
     token_logprobs_and_entropy,
 )
-from grove.models.forward import policy_forward
+from grove.models.padded_forward import policy_forward
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 
@@ -203,7 +203,7 @@ def test_bf16_weight_gradient_same_in_cache_and_recompute_modes_and_on_a_second_
             torch.testing.assert_close(a, b)
     for a, b in zip(grads[True], grads[False], strict=True):
         torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
-    from grove.core.output_projection import reusing_weight_casts
+    from grove.kernels.output_projection import reusing_weight_casts
 
     with reusing_weight_casts():  # as in the update: forward and backward share one cast of the weight
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -221,7 +221,7 @@ def test_weight_gradient_added_in_place_equals_autograds(cache: bool, bf16: bool
     accumulates (a tied weight also receives an embedding lookup's gradient through autograd), the other inputs'
     gradients are unchanged, and autograd delivers no gradient for the projection's part (``None`` to a tensor
     hook of an untied weight)."""
-    from grove.core.output_projection import accumulating_weight_gradient_in_place, reusing_weight_casts
+    from grove.kernels.output_projection import accumulating_weight_gradient_in_place, reusing_weight_casts
 
     g = torch.Generator().manual_seed(6)
     v, h = 96, 16
@@ -261,7 +261,7 @@ def test_weight_gradient_added_in_place_equals_autograds(cache: bool, bf16: bool
 def test_weight_gradient_in_place_only_inside_the_block_and_only_for_a_leaf() -> None:
     """Outside the block, and for a weight that is not a leaf (a cast, a gathered shard), the gradient goes
     through autograd as usual."""
-    from grove.core.output_projection import accumulating_weight_gradient_in_place
+    from grove.kernels.output_projection import accumulating_weight_gradient_in_place
 
     g = torch.Generator().manual_seed(7)
     leaf = torch.randn(30, 8, generator=g, requires_grad=True)
@@ -279,7 +279,7 @@ def test_weight_gradient_in_place_only_inside_the_block_and_only_for_a_leaf() ->
 
 
 def test_weight_casts_are_reused_within_a_block_until_the_weight_changes() -> None:
-    from grove.core import output_projection as op
+    from grove.kernels import output_projection as op
 
     weight = torch.randn(50, 8, requires_grad=True)
     assert op._cast_weight(weight, torch.bfloat16) is not op._cast_weight(weight, torch.bfloat16)  # no block
@@ -360,7 +360,7 @@ def _values_and_grads(model, fn, *args):
 
 def test_shared_prefix_forward_equals_padded_forward_values_and_gradients(policy):
     """Each prompt encoded once and fanned out to its G responses: same log-probs, entropies and gradients."""
-    from grove.models.forward import policy_forward_shared_prefix, shares_prefixes
+    from grove.models.shared_prefix_forward import policy_forward_shared_prefix, shares_prefixes
 
     model, tokenizer = policy
     model.train()
@@ -388,7 +388,7 @@ def test_shared_prefix_forward_equals_padded_forward_values_and_gradients(policy
 def test_packed_forward_equals_padded_forward_values_and_gradients(policy, shared):
     """Padding-free packed rows (each prompt once, responses back to back under a block mask): same
     log-probs, entropies and parameter gradients as the padded forward, with or without prompt sharing."""
-    from grove.models.forward import pack_by_prefix, policy_forward_packed
+    from grove.models.packed_forward import pack_by_prefix, policy_forward_packed
 
     model, tokenizer = policy
     model.train()
@@ -419,7 +419,7 @@ def test_packed_forward_equals_padded_forward_values_and_gradients(policy, share
 
 
 def test_packed_attention_mask_hides_siblings_and_padding():
-    from grove.models.forward import PackedLayout
+    from grove.models.packed_forward import PackedLayout
 
     seg = torch.tensor([[0, 0, 1, 1, 2, -1]])
     layout = PackedLayout(seg.clamp(min=0), seg.clamp(min=0), seg, torch.zeros(0), torch.zeros(0))
@@ -439,7 +439,8 @@ def test_packed_attention_mask_hides_siblings_and_padding():
 def test_scoring_only_some_response_tokens_keeps_their_values_and_gradients(policy, layout):
     """``scored_mask`` (an agent sample's policy tokens): the scored tokens' log-probs, entropies and every
     parameter gradient equal those of scoring all tokens and masking the rest afterwards; unscored tokens get 0."""
-    from grove.models.forward import policy_forward_packed, policy_forward_shared_prefix
+    from grove.models.packed_forward import policy_forward_packed
+    from grove.models.shared_prefix_forward import policy_forward_shared_prefix
 
     model, tokenizer = policy
     model.train()
@@ -476,7 +477,7 @@ def test_scoring_only_some_response_tokens_keeps_their_values_and_gradients(poli
 
 
 def test_shared_prefixes_are_each_groups_common_leading_tokens():
-    from grove.models.forward import shared_prefixes
+    from grove.models.shared_prefix_forward import shared_prefixes
 
     pad = 0
     prompts = torch.tensor([[pad, 5, 6, 7, 8], [5, 6, 7, 9, 9], [pad, pad, 5, 6, 1], [pad, 3, 4, 5, 6], [pad, 3, 4, 5, 6]])
@@ -494,7 +495,8 @@ def test_prompts_sharing_only_their_beginning_run_it_once_with_the_padded_forwar
 ):
     """An agent's per-step prompts: the same instructions, then different observations. The shared-prefix forward
     (and the packed layout, which picks it when it runs fewer positions) equals the padded forward."""
-    from grove.models.forward import layout_logprobs, shared_prefixes
+    from grove.models.forward_layouts import layout_logprobs
+    from grove.models.shared_prefix_forward import shared_prefixes
 
     model, tokenizer = policy
     model.train()
@@ -519,11 +521,13 @@ def test_prompts_sharing_only_their_beginning_run_it_once_with_the_padded_forwar
         ((logp * weights).sum() + ent.sum()).backward()
         return logp.detach(), ent.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
 
-    import grove.models.forward as forward_module
+    import grove.models.forward_layouts as layouts_module
+    import grove.models.shared_prefix_forward as shared_module
 
     calls = []
-    real = forward_module._forward_with_shared_prefixes
-    monkeypatch.setattr(forward_module, "_forward_with_shared_prefixes", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = shared_module.forward_with_shared_prefixes
+    for module in (layouts_module, shared_module):
+        monkeypatch.setattr(module, "forward_with_shared_prefixes", lambda *a, **k: calls.append(1) or real(*a, **k))
     lp_a, ent_a, grad_a = values_and_grads("padded")
     lp_b, ent_b, grad_b = values_and_grads(layout)
     assert calls == [1]  # the shared-prefix forward ran (packed picks it: fewer positions than a row per sample)

@@ -61,7 +61,7 @@ def test_a_run_s_final_model_comes_first(runs, tmp_path):
 
 
 def test_a_lora_run_is_merged_into_its_base_once(runs, tmp_path, monkeypatch):
-    from grove.models.lora import export_merged
+    from grove.models.merged_export import export_merged
 
     monkeypatch.setenv("GROVE_CACHE", str(tmp_path / "cache"))
     _, _, lora = runs

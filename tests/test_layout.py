@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -10,28 +11,55 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "grove"
 
-# package -> the grove packages (first component under grove.) it may import besides itself
+# package or top-level module -> the grove packages and modules (first component under grove.) it may import
 ALLOWED = {
+    "step_table": set(),
+    "batch": {"step_table"},
+    "atomic_files": set(),
+    "user_code": set(),
+    "registry": {"user_code"},
+    "builtin_components": {"core", "envs", "experience", "rewards", "rollout_engines", "tasks"},
+    "rollout_engines": {"config", "registry", "rollout"},
     "core": {"batch", "registry"},
-    "models": {"batch", "core", "infra"},
+    "kernels": set(),
+    "models": {"batch", "core", "infra", "kernels"},
     "rollout": set(),
     "rewards": {"registry", "user_code"},
-    "tasks": {"knowledge", "registry"},
-    "infra": {"core"},
+    "tasks": {"atomic_files", "knowledge", "registry"},
+    "infra": {"atomic_files", "kernels"},
     "evaluation": {"infra", "rewards", "rollout", "tasks", "user_code"},
-    "config": {"builtin_components", "core", "infra", "registry", "tasks"},
-    "pipeline": {"batch", "config", "core", "distributed", "infra", "models", "rewards", "rollout", "tasks"},
+    "config": {"core", "infra", "registry", "tasks"},
+    "pipeline": {"batch", "config", "core", "distributed", "infra", "kernels", "models", "rewards", "rollout", "tasks"},
     "distributed": {"batch"},
-    "knowledge": {"registry"},
+    "knowledge": {"atomic_files", "registry"},
     "envs": {"knowledge", "registry", "user_code"},
     "sft": {"batch", "config", "rollout"},
-    "demos": {"config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
+    "demos": {"atomic_files", "config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
     "view": {"infra"},
+    "resolve": {"builtin_components", "config", "core", "infra", "pipeline", "registry", "tasks"},
     "experience": {
         "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",
         "rollout", "tasks", "user_code",
     },
+    "training": {
+        "atomic_files", "batch", "builtin_components", "config", "distributed", "envs", "evaluation", "experience",
+        "infra", "models", "pipeline", "registry", "resolve", "rewards", "rollout", "rollout_engines", "sft",
+        "user_code",
+    },
+    "command_failures": {
+        "config", "experience", "infra", "models", "rewards", "rollout", "sft", "tasks", "user_code",
+    },
+    "cli": {
+        "builtin_components", "command_failures", "config", "demos", "distributed", "evaluation", "experience", "infra",
+        "models", "resolve", "rollout", "rollout_engines", "tasks", "training", "view",
+    },
 }
+
+
+def files_of(package: str) -> list[Path]:
+    """The source files of a package, or the one file of a top-level module."""
+    module = SRC / f"{package}.py"
+    return [module] if module.is_file() else sorted((SRC / package).rglob("*.py"))
 
 
 def grove_imports(path: Path) -> set[str]:
@@ -49,13 +77,102 @@ def grove_imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_layers_import_downwards_only(package):
-    for path in sorted((SRC / package).rglob("*.py")):
+    files = files_of(package)
+    assert files, f"grove.{package} has no source file"
+    for path in files:
         extra = grove_imports(path) - ALLOWED[package] - {package}
         assert not extra, f"{path.relative_to(SRC)} imports grove.{sorted(extra)}, outside what {package}/ may use"
 
 
+def _is_type_checking_block(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else None
+    return isinstance(node, ast.If) and name == "TYPE_CHECKING"
+
+
+@functools.cache
+def module_graph() -> dict[str, frozenset[str]]:
+    """Every grove module (dotted name) and the grove modules it imports at run time, at any depth of its code (an
+    import inside a function still ties the two files together; one under ``if TYPE_CHECKING:`` does not). ``from grove.a import b`` points at ``grove.a.b`` where that is a
+    module, else at ``grove.a``."""
+    modules = {}
+    for path in SRC.rglob("*.py"):
+        parts = ("grove",) + path.relative_to(SRC).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        tree = ast.parse(path.read_text())
+        type_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block) for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("grove.")}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("grove"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    targets.add(full if full in modules else node.module)
+        graph[name] = frozenset(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm, iteratively)."""
+    index, low, on_stack, stack, circles, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        circles.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter[0]
+                counter[0] += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return circles
+
+
+def test_import_circles_finds_a_circle_and_only_circles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_no_import_circle_inside_a_package(package):
+    graph = module_graph()
+    prefix = f"grove.{package}"
+    inside = {m: {t for t in ts if t == prefix or t.startswith(prefix + ".")} for m, ts in graph.items()
+              if m == prefix or m.startswith(prefix + ".")}
+    assert import_circles(inside) == [], f"modules of {package}/ that import each other in a circle"
+
+
 def test_no_module_shadows_the_standard_library_or_repeats_a_name():
-    modules = [p for p in SRC.rglob("*.py") if p.name != "__init__.py"]
+    modules = [p for p in SRC.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
     shadowing = [str(p.relative_to(SRC)) for p in modules if p.stem in sys.stdlib_module_names]
     assert not shadowing, f"modules named like standard-library modules: {shadowing}"
     stems = [p.stem for p in modules]

@@ -11,21 +11,22 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from grove.cli import app
-from grove.config import ConfigError, load_config
+from grove.config import ConfigError
 from grove.config.lora_section import DEFAULT_TARGET_MODULES, LoraSettings
 from grove.infra.memory_plan import ModelDims, RunShape, estimate_peak_bytes, lora_parameter_count
 from grove.models.lora import (
     adapter_parameter_count,
     adapters_disabled,
     apply_lora,
-    export_merged,
     is_lora,
     load_adapter_weights,
     save_adapter,
     trainable_parameter_count,
 )
+from grove.models.merged_export import export_merged
 from grove.models.pretrained import load_policy
 from grove.models.tiny import create_tiny_model_dir
+from grove.resolve import load_config
 
 SETTINGS = LoraSettings(r=4, alpha=8)
 
@@ -245,7 +246,7 @@ def test_config_show_plans_a_lora_run(tiny):
 def test_export_resolves_an_embedded_base_name(tiny, tmp_path, monkeypatch):
     import json
 
-    import grove.models.lora as lora_module
+    import grove.models.pretrained as pretrained_module
 
     model, tokenizer = load_policy(tiny)
     peft_model = apply_lora(model, SETTINGS, base_name="smollm2-135m")
@@ -254,7 +255,7 @@ def test_export_resolves_an_embedded_base_name(tiny, tmp_path, monkeypatch):
     config = json.loads((tmp_path / "step-1" / "model" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "smollm2-135m" and config["r"] == 4
     asked = []
-    monkeypatch.setattr(lora_module, "resolve_model_path", lambda name: asked.append(name) or tiny)
+    monkeypatch.setattr(pretrained_module, "resolve_model_path", lambda name: asked.append(name) or tiny)
     out = export_merged(tmp_path / "step-1", tmp_path / "out")  # no tokenizer in model/: the base's is used
     assert asked == ["smollm2-135m"] and (out / "tokenizer_config.json").is_file()
     merged = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)

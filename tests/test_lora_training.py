@@ -10,10 +10,10 @@ import torch
 from typer.testing import CliRunner
 
 from grove.cli import app
-from grove.config import load_config
-from grove.models.forward import response_logprobs
+from grove.models.logprob_module import response_logprobs
 from grove.models.pretrained import load_policy
 from grove.models.tiny import create_tiny_model_dir
+from grove.resolve import load_config
 from grove.training.trainer import Trainer
 
 

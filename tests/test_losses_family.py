@@ -16,7 +16,6 @@ import torch
 from pydantic import ValidationError
 
 import grove.core  # noqa: F401  (registration)
-from grove.config import load_config
 from grove.core.aggregation import AggregationScale, seq_mean_token_mean, token_mean
 from grove.core.losses import PolicyLossInput
 from grove.core.losses.covariance import ClipCovParams, KLCovParams
@@ -24,6 +23,7 @@ from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.core.losses.sequence_ratio import GMPOParams, GSPOParams, gmpo, gspo
 from grove.core.losses.weighted import CISPOParams, SAPOParams, cispo, reinforce, sapo
 from grove.registry import POLICY_LOSSES, NoParams
+from grove.resolve import load_config
 
 F64 = torch.float64
 NEW_LOSSES = ["gspo", "gmpo", "sapo", "cispo", "reinforce", "clip_cov", "kl_cov"]

@@ -7,16 +7,17 @@ import pytest
 import torch
 
 from grove.batch import RolloutBatch
-from grove.config import load_config
 from grove.config.derived import needs_reference_model
 from grove.core.aggregation import seq_mean_token_mean
 from grove.core.losses import PolicyLossInput, PolicyLossOutput
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
-from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, largest_first, policy_update
+from grove.pipeline.micro_batches import largest_first
+from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.registry import POLICY_LOSSES, NoParams
+from grove.resolve import load_config
+from grove.resolve.run_components import resolve_loss_components
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
-from grove.training.trainer import resolve_loss_components
 
 SEEN: list[PolicyLossInput] = []
 
@@ -62,7 +63,7 @@ def _update(model, batch, policy_loss, sequence_count="all_rows", micro=6):
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     parts = LossComponents(
         policy_loss=policy_loss, policy_params=NoParams() if policy_loss is recording_loss else PPOClipParams(),
-        aggregate=seq_mean_token_mean, kl_estimator=None, temperature=1.0, max_response_length=6,
+        loss_aggregation=seq_mean_token_mean, kl_estimator=None, temperature=1.0, max_response_length=6,
         forward="packed", sequence_count=sequence_count,
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -92,7 +93,6 @@ def test_update_fills_every_field_for_the_loss(policy, batch):
         assert torch.equal(inputs.mask, batch.loss_mask[idx, :width])
         assert torch.equal(inputs.group_index, batch.group_index[idx])
         assert torch.equal(inputs.step_index, batch.step_index[idx])
-        assert inputs.anchor_index is None
 
 
 def test_micro_batches_run_largest_first(policy, batch):

@@ -73,7 +73,8 @@ def test_large_parameters_are_updated_in_chunks_like_small_ones():
 
 
 def test_fsdp2_is_refused_by_the_config():
-    from grove.config import ConfigError, load_config
+    from grove.config import ConfigError
+    from grove.resolve import load_config
 
     with pytest.raises(ConfigError, match="optim.state_dtype: bf16"):
         load_config("examples/arithmetic.yaml", ["optim.state_dtype=bf16", "distributed.strategy=fsdp2"])

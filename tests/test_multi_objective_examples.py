@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from grove.cli import app
-from grove.config import load_config
-from grove.config.validation import reward_column_names
+from grove.config.reward_columns import reward_column_names
 from grove.models.tiny import create_tiny_model_dir
+from grove.resolve import load_config
 
 
 @pytest.mark.parametrize(

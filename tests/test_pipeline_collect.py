@@ -1,6 +1,10 @@
-"""Experience collection with a scripted engine: DAPO dynamic sampling, overlong handling, KL in reward."""
+"""Experience collection with a scripted engine, then credit: DAPO dynamic sampling, overlong handling, KL in
+reward."""
 
 from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -9,7 +13,8 @@ import grove.builtin_components  # noqa: F401
 from grove.batch import concat_batches
 from grove.core.shaping import informative_groups, soft_overlong_penalty
 from grove.pipeline.coefficients import EntropyController, KLController
-from grove.pipeline.collect import ExperienceSettings, KLInReward, collect_experience
+from grove.pipeline.collect import ExperienceSettings, collect_scored
+from grove.pipeline.credit import CreditAssignment, KLInReward, StepExperience
 from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, NoParams
 from grove.rewards.scoring import resolve_reward
 from grove.rollout.engine import RolloutOutput, SamplingParams
@@ -66,7 +71,17 @@ def make_source(order: list[int]):
     return draw
 
 
-def settings(**overrides) -> ExperienceSettings:
+@dataclass(frozen=True)
+class StepSettings:
+    """How a test's step collects (the source's settings) and assigns credit (the trainer's)."""
+
+    collection: ExperienceSettings
+    credit: CreditAssignment
+
+
+def settings(**overrides) -> StepSettings:
+    """Collection settings (two groups of two, the accuracy reward) and GRPO credit; ``advantage_fn`` and
+    ``advantage_params`` go to the credit, everything else to the collection."""
     values = dict(
         groups=2,
         completions_per_group=2,
@@ -76,7 +91,26 @@ def settings(**overrides) -> ExperienceSettings:
         advantage_params=ADVANTAGE_ESTIMATORS.validate_params("grpo", {}),
     )
     values.update(overrides)
-    return ExperienceSettings(**values)
+    advantage_fn, advantage_params = values.pop("advantage_fn"), values.pop("advantage_params")
+    collection = ExperienceSettings(**values)
+    credit = CreditAssignment(
+        advantage_fn=advantage_fn,
+        advantage_params=advantage_params,
+        aggregator=collection.aggregator,
+        aggregator_params=collection.aggregator_params,
+        world=collection.world,
+        pad_token_id=collection.pad_token_id,
+        samples_per_step=4,
+    )
+    return StepSettings(collection, credit)
+
+
+def collect_experience(
+    engine, draw, s: StepSettings, generator, *, step: int, reference=None, kl_in_reward: KLInReward | None = None
+) -> StepExperience:
+    """A step's scored completions with credit assigned, as the trainer runs them."""
+    credit = dataclasses.replace(s.credit, reference=reference, kl_in_reward=lambda: kl_in_reward)
+    return credit(collect_scored(engine, draw, s.collection, generator, step=step))
 
 
 # prompts 0..3 always right or always wrong (zero variance); 10, 11, 12 mixed

@@ -10,7 +10,6 @@ import torch
 
 import grove.pipeline.update as update_module
 from grove.batch import RolloutBatch
-from grove.config import load_config
 from grove.core.aggregation import token_mean
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.pipeline.downsampling import (
@@ -21,6 +20,7 @@ from grove.pipeline.downsampling import (
     sequence_advantages,
 )
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
+from grove.resolve import load_config
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 from test_advantages_group_norm import make_test_batch
@@ -90,7 +90,7 @@ def rollout_batch(policy) -> RolloutBatch:
 def _update(model, batch, token_selection, ratio, micro):
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     parts = LossComponents(
-        policy_loss=ppo_clip, policy_params=PPOClipParams(), aggregate=token_mean, kl_estimator=None,
+        policy_loss=ppo_clip, policy_params=PPOClipParams(), loss_aggregation=token_mean, kl_estimator=None,
         temperature=1.0, max_response_length=8, forward="packed", token_selection=token_selection,
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -106,7 +106,7 @@ def _update(model, batch, token_selection, ratio, micro):
 def test_token_selection_equals_training_on_the_selected_mask(policy, rollout_batch, scope, micro):
     """Selecting the top |A|·H tokens inside the update = an update whose loss mask is those tokens
     (entropy from the same forward), normalised by their count."""
-    from grove.models.forward import response_logprobs
+    from grove.models.logprob_module import response_logprobs
     from grove.pipeline.downsampling import select_loss_tokens
 
     model = policy[0]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import grove.infra.precision as precision
-from grove.config import dump_config, load_config
+from grove.config import dump_config
+from grove.resolve import load_config
 
 
 @pytest.mark.parametrize(("native", "expected"), [(True, "bf16"), (False, "fp32")])

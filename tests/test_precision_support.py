@@ -57,7 +57,7 @@ def test_config_show_warns_only_without_native_bf16(onednn_bf16, tmp_path):
 
 
 def test_trainer_logs_the_warning(monkeypatch, tmp_path, caplog):
-    from grove.config import load_config
+    from grove.resolve import load_config
     from grove.training.trainer import Trainer
 
     monkeypatch.setattr(precision, "_onednn_has_bf16", lambda: False)

@@ -15,9 +15,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grove.config import load_config
 from grove.infra import checkpoint as ckpt
 from grove.models.tiny import create_tiny_model_dir
+from grove.resolve import load_config
 from grove.training.nonfinite_guard import NonFiniteTrainingError
 from grove.training.trainer import Trainer
 
@@ -198,17 +198,17 @@ def test_consecutive_skips_stop_the_run_with_the_last_good_checkpoint_named(tiny
 def test_a_nan_advantage_skips_the_step_update(tiny, tmp_path, caplog):
     out = tmp_path / "run"
     trainer = Trainer(_cfg(tiny, out, 1), out)
-    collect = trainer.source.collect
+    credit = trainer.credit
 
-    def poisoned(step):
-        exp = collect(step)
+    def poisoned(scored):  # the step's credit assignment gives one sample a NaN advantage
+        exp = credit(scored)
         adv = exp.batch.advantages.clone()
         adv[1] = float("nan")
         import dataclasses
 
         return dataclasses.replace(exp, batch=exp.batch.replace(advantages=adv))
 
-    trainer.source.collect = poisoned
+    trainer.credit = poisoned
     before = {k: v.clone() for k, v in trainer.models.causal_lm.state_dict().items()}
     with caplog.at_level(logging.WARNING):
         trainer.run()

@@ -22,13 +22,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.test_pipeline_collect import ScriptedEngine, make_source
+from tests.test_pipeline_collect import ScriptedEngine, collect_experience, make_source
 from tests.test_pipeline_collect import settings as collect_settings
 from tests.test_train_e2e import base_overrides
 
 import grove.builtin_components  # noqa: F401
 from grove.models.tiny import create_tiny_model_dir
-from grove.pipeline.collect import collect_experience
 from grove.registry import ADVANTAGE_ESTIMATORS, REWARD_AGGREGATORS
 from grove.rewards.scoring import RewardFunctionError, compute_rewards, resolve_reward
 from grove.user_code import UserCodeExit, grove_handles_stop_signals

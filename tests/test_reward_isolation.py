@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from pydantic import ValidationError
-from tests.test_pipeline_collect import ScriptedEngine, make_source
+from tests.test_pipeline_collect import ScriptedEngine, collect_experience, make_source
 from tests.test_pipeline_collect import settings as collect_settings
 
 import grove.builtin_components  # noqa: F401
@@ -23,7 +23,6 @@ from grove.envs.actions import ParsedAction
 from grove.envs.base import EnvironmentSuite, Observation, Transition
 from grove.experience.episodes import run_episodes
 from grove.experience.per_step_prompts import PerStepPrompter
-from grove.pipeline.collect import collect_experience
 from grove.rewards.scoring import (
     RewardFunctionError,
     RewardLoadError,
@@ -372,8 +371,8 @@ def test_train_goes_on_past_a_failing_reward_and_logs_its_errors(tmp_path, rewar
 def test_env_step_timeout_from_the_config_reaches_the_episode_loop(policy, monkeypatch):
     """`env.step_timeout_s` in a config is what the rollout loop uses (EnvironmentSource.play passes it on)."""
     import grove.experience.environment as environment
-    from grove.config import load_config
     from grove.experience import SourceContext, build_experience_source
+    from grove.resolve import load_config
     from grove.rollout.hf_engine import TransformersEngine
 
     model, tokenizer = policy

@@ -9,7 +9,7 @@ import torch
 
 import grove.builtin_components  # noqa: F401
 from grove.config import GroveConfig
-from grove.config.loading import load_config
+from grove.resolve import check_config, load_config
 from grove.rewards.scoring import (
     RewardFunctionError,
     RewardLoadError,
@@ -64,16 +64,21 @@ def _cfg(**algorithm):
     return {"rewards": [{"id": "user_rewards:two_checks"}], "algorithm": algorithm}
 
 
+def _checked(data: dict) -> GroveConfig:
+    """A config built in code, checked for a run as a loaded one is."""
+    return check_config(GroveConfig.model_validate(data))
+
+
 def test_config_refuses_a_second_normalisation_after_gdpo():
     with pytest.raises(ValueError, match="score_as_advantage"):
-        GroveConfig.model_validate(_cfg(reward_aggregation={"id": "normalize_then_sum"}))
-    ok = GroveConfig.model_validate(_cfg(reward_aggregation={"id": "normalize_then_sum"}, advantage={"id": "score_as_advantage"}))
+        _checked(_cfg(reward_aggregation={"id": "normalize_then_sum"}))
+    ok = _checked(_cfg(reward_aggregation={"id": "normalize_then_sum"}, advantage={"id": "score_as_advantage"}))
     assert ok.algorithm.reward_aggregation.id == "normalize_then_sum"
-    GroveConfig.model_validate(_cfg(reward_aggregation={"id": "normalize_then_sum", "renormalize": "none"}))
+    _checked(_cfg(reward_aggregation={"id": "normalize_then_sum", "renormalize": "none"}))
     with pytest.raises(ValueError, match="unknown reward aggregator 'gdpo'"):
-        GroveConfig.model_validate(_cfg(reward_aggregation={"id": "gdpo"}))
+        _checked(_cfg(reward_aggregation={"id": "gdpo"}))
     with pytest.raises(ValueError, match="remax"):
-        GroveConfig.model_validate(_cfg(reward_aggregation={"id": "variance_weighted"}, advantage={"id": "remax"}))
+        _checked(_cfg(reward_aggregation={"id": "variance_weighted"}, advantage={"id": "remax"}))
 
 
 def test_presets_expand_to_valid_multi_objective_configs():
@@ -83,12 +88,12 @@ def test_presets_expand_to_valid_multi_objective_configs():
 
 
 def test_accuracy_defaults_to_the_first_objective_and_may_name_an_objective():
-    cfg = GroveConfig.model_validate(_cfg())
+    cfg = _checked(_cfg())
     assert cfg.accuracy_reward_name == "has_seven"
-    cfg = GroveConfig.model_validate({**_cfg(), "eval": {"accuracy_reward": "short"}})
+    cfg = _checked({**_cfg(), "eval": {"accuracy_reward": "short"}})
     assert cfg.accuracy_reward_name == "short"
     with pytest.raises(ValueError, match="not a reward or objective name"):
-        GroveConfig.model_validate({**_cfg(), "eval": {"accuracy_reward": "two_checks"}})
+        _checked({**_cfg(), "eval": {"accuracy_reward": "two_checks"}})
 
 
 def test_a_config_may_select_a_subset_of_a_rewards_objectives():

@@ -9,9 +9,10 @@ import types
 import pytest
 import torch
 
-from grove.config import ConfigError, load_config
+from grove.config import ConfigError
 from grove.infra import runtime
-from grove.training.trainer import resolve_loss_components
+from grove.resolve import load_config
+from grove.resolve.run_components import resolve_loss_components
 
 glibc = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"),

@@ -10,7 +10,7 @@ import pytest
 from tests.test_experience_environments import ENV_BASE, env_args
 from tests.test_train_e2e import run_cli
 
-from grove.config import ConfigError, load_config
+from grove.config import ConfigError
 from grove.evaluation.evaluate import evaluate
 from grove.evaluation.stats import (
     PairedDifference,
@@ -22,6 +22,7 @@ from grove.evaluation.stats import (
 )
 from grove.experience import SourceContext, build_experience_source
 from grove.models.pretrained import load_policy
+from grove.resolve import load_config
 from grove.rewards.scoring import RewardSpec
 from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine

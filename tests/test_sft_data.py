@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from grove.batch import RolloutBatch
-from grove.models.forward import response_logprobs, shares_prefixes
+from grove.models.logprob_module import response_logprobs
+from grove.models.shared_prefix_forward import shares_prefixes
 from grove.models.tiny import CHATML_TEMPLATE, build_tiny_tokenizer
 from grove.rollout.engine import encode_prompts
 from grove.sft.batches import pack_groups, sft_batch

@@ -23,9 +23,10 @@ from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from grove.cli import app
-from grove.config import dump_config, load_config
+from grove.config import dump_config
 from grove.models.pretrained import load_policy
 from grove.models.tiny import create_tiny_model_dir
+from grove.resolve import load_config
 from grove.sft.data import load_sft_examples
 from grove.training.sft_trainer import SftTrainer
 

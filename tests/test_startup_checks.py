@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 
 import grove.core  # noqa: F401  (registration)
 from grove.cli import app
-from grove.config import ConfigError, load_config
+from grove.config import ConfigError
 from grove.core.advantages import run_estimator
 from grove.models.tiny import create_tiny_model_dir
 from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.resolve import load_config
 from test_advantages_group_norm import make_test_batch
 
 runner = CliRunner()

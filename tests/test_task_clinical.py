@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import grove.tasks.clinical as clinical
+import grove.tasks.clinical_cases as clinical_cases
+import grove.tasks.clinical_params as clinical_params
 from grove.knowledge.medical_kb import hpo_ontology
 from grove.rewards.clinical_objectives import ClinicalObjectivesParams, clinical_objectives
 from grove.tasks.task import TASKS, TaskParamsError, build_task, columns_for_rewards
@@ -90,7 +92,7 @@ def test_sizes_columns_and_prompt(task):
         assert gold == {**gold, "id": ex.columns["disease"]["id"], "name": ex.columns["disease"]["name"]}
         assert "<think>" in ex.prompt and "<answer>" in ex.prompt
         for f in ex.columns["findings"]:
-            assert clinical._display_name(f["name"]) in ex.prompt
+            assert clinical_cases.display_name(f["name"]) in ex.prompt
         for c in ex.columns["candidates"]:
             assert f"\n{c['letter']}. {c['name']}\n" in ex.prompt
         assert Path(ex.columns["lexicon_path"]).is_file()
@@ -108,8 +110,8 @@ def test_splits_are_disease_disjoint(task):
     assert not train_diseases & eval_diseases
     # wrong candidates come from the same split, and whole families stay on one side
     assert not ids(task.train, "id") & ids(task.eval, "id")
-    train_families = {clinical.family_key(n) for n in ids(task.train, "name")}
-    eval_families = {clinical.family_key(n) for n in ids(task.eval, "name")}
+    train_families = {clinical_cases.family_key(n) for n in ids(task.train, "name")}
+    eval_families = {clinical_cases.family_key(n) for n in ids(task.eval, "name")}
     assert not train_families & eval_families
 
 
@@ -123,7 +125,7 @@ def test_answer_is_the_unique_candidate_with_every_finding(task, ontology):
             else:
                 assert not findings <= has, (ex.prompt, c)
                 assert findings & has, "wrong candidates share at least one finding (plausible)"
-        families = [clinical.family_key(c["name"]) for c in ex.columns["candidates"]]
+        families = [clinical_cases.family_key(c["name"]) for c in ex.columns["candidates"]]
         assert len(set(families)) == len(families)
 
 
@@ -132,13 +134,13 @@ def test_findings_are_specific_phenotypic_abnormalities(task, ontology):
         terms = [ontology.get_hpo_object(f["id"]) for f in ex.columns["findings"]]
         for term in terms:
             parents = {p.id for p in term.all_parents}
-            assert clinical.PHENOTYPIC_ABNORMALITY in parents  # never inheritance/onset/frequency terms
-            assert term.shortest_path_to_root() >= clinical.MIN_FINDING_DEPTH
+            assert clinical_params.PHENOTYPIC_ABNORMALITY in parents  # never inheritance/onset/frequency terms
+            assert term.shortest_path_to_root() >= clinical_params.MIN_FINDING_DEPTH
         ids = {t.id for t in terms}
         for term in terms:  # no shown finding is an ancestor of another
             assert not ids & {p.id for p in term.all_parents}
         supported = set(ex.columns["supported_ids"])
-        assert ids <= supported and clinical.PHENOTYPIC_ABNORMALITY in supported
+        assert ids <= supported and clinical_params.PHENOTYPIC_ABNORMALITY in supported
         assert "HP:0000001" not in supported
 
 
@@ -149,7 +151,7 @@ def test_distractor_finding(with_distractor, ontology):
         assert red is not None and len(ex.columns["candidates"]) == 5
         findings = {f["id"] for f in ex.columns["findings"]}
         shown = findings | {red["id"]}
-        assert clinical._display_name(red["name"]) in ex.prompt
+        assert clinical_cases.display_name(red["name"]) in ex.prompt
         assert red["id"] in ex.columns["supported_ids"]
         for c in ex.columns["candidates"]:
             has = _closure(ontology, c["id"])
@@ -163,7 +165,7 @@ def test_cached_build_is_identical_fast_and_never_builds(task, built, cache, mon
     def no_build(params):
         raise AssertionError("the cached build must not touch the ontology")
 
-    monkeypatch.setattr(clinical, "_build", no_build)
+    monkeypatch.setattr(clinical, "build_cases", no_build)
     start = time.perf_counter()
     again = build_task("clinical_hpo", {**SMALL, "cache_dir": str(cache)})
     assert time.perf_counter() - start < 1.0
@@ -240,7 +242,7 @@ def test_param_validation(params, message):
     ],
 )
 def test_family_key(name, family):
-    assert clinical.family_key(name) == family
+    assert clinical_cases.family_key(name) == family
 
 
 def test_reward_on_real_cases(task):

@@ -19,7 +19,7 @@ from tests.tiny_runs import TESTS, copy_run, records, run_config
 from transformers import AutoTokenizer
 
 from grove.batch import RolloutBatch
-from grove.config import ConfigError, load_config
+from grove.config import ConfigError
 from grove.core.selection import keep_count, select_tokens, token_scores
 from grove.pipeline import update as update_module
 from grove.pipeline.downsampling import TokenSelection
@@ -29,8 +29,10 @@ from grove.pipeline.token_details import (
     records_on_step,
     round_significant,
 )
-from grove.pipeline.update import Coefficients, LossComponents, TrainedTokens, UpdateSchedule, policy_update
+from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
+from grove.pipeline.update_totals import TrainedTokens
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES
+from grove.resolve import load_config
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 from grove.training import trainer as trainer_module
@@ -113,7 +115,7 @@ def batch(policy) -> RolloutBatch:
         response_mask=out.response_mask, loss_mask=loss_mask, old_logprobs=out.logprobs,
         rewards=rewards, reward_names=("accuracy", "format"), group_index=out.prompt_index,
         trajectory_index=torch.arange(n) + 100, step_index=torch.arange(n) % 2,
-        truncated=torch.zeros(n, dtype=torch.bool), anchor_index=out.prompt_index * 10 + torch.arange(n) % 2,
+        truncated=torch.zeros(n, dtype=torch.bool),
         advantages=adv.float(),
     )
 
@@ -121,7 +123,7 @@ def batch(policy) -> RolloutBatch:
 def _parts(scope: str | None = None, skip: bool = False, temperature: float = 1.0) -> LossComponents:
     return LossComponents(
         policy_loss=POLICY_LOSSES.get("ppo_clip"), policy_params=POLICY_LOSSES.validate_params("ppo_clip", {}),
-        aggregate=LOSS_AGGREGATIONS.get("token_mean"), kl_estimator=None, temperature=temperature,
+        loss_aggregation=LOSS_AGGREGATIONS.get("token_mean"), kl_estimator=None, temperature=temperature,
         max_response_length=8, forward="packed", skip_zero_advantage=skip,
         token_selection=TokenSelection(scope) if scope else None,
     )
@@ -165,7 +167,7 @@ def test_records_hold_the_batch_values_and_the_entropy_of_the_logits(policy, bat
         i, n = rec["row"], _width(rec)
         assert n == int(lengths[i]) and n > 0
         assert rec["step"] == 1 and rec["group"] == int(batch.group_index[i])
-        assert rec["trajectory"] == 100 + i and rec["turn"] == i % 2 and rec["anchor"] == int(batch.anchor_index[i])
+        assert rec["trajectory"] == 100 + i and rec["turn"] == i % 2 and rec["anchor"] is None
         assert rec["token_ids"] == batch.response_ids[i, :n].tolist()
         assert rec["tokens"] == [tokenizer.decode([t]) for t in rec["token_ids"]]
         assert rec["prompt"] == tokenizer.decode(batch.prompt_ids[i][batch.prompt_mask[i].bool()])
@@ -408,3 +410,19 @@ def test_the_run_logger_writes_token_details_and_reports_a_failed_write(tmp_path
     (broken / "token_details.jsonl").mkdir(parents=True)  # a write there fails
     with pytest.raises(RunWriteError, match=r"could not write the log .*token_details\.jsonl.*--resume"):
         RunLogger(broken, tensorboard=False).log_token_details([{"step": 1}])
+
+
+def test_an_agent_sample_holding_one_step_records_that_steps_anchor():
+    from types import SimpleNamespace
+
+    from grove.batch import StepTable
+    from grove.pipeline.token_details import _single_step_anchors
+
+    # rows 0 and 1 hold one step each (per-step prompts); row 2 holds two (a conversation); row 3 none
+    sample = torch.tensor([0, 1, 2, 2])
+    zeros = torch.zeros(4, dtype=torch.long)
+    steps = StepTable(sample=sample, group=zeros, trajectory=torch.tensor([0, 1, 2, 2]),
+                      index=torch.tensor([0, 0, 0, 1]), anchor=torch.tensor([5, 7, 5, 8]),
+                      reward=zeros.float(), penalty=zeros.float(), terminal=torch.tensor([True, True, False, True]))
+    assert _single_step_anchors(SimpleNamespace(steps=steps, num_samples=4)) == [5, 7, None, None]
+    assert _single_step_anchors(SimpleNamespace(steps=None, num_samples=2)) == [None, None]

@@ -1,5 +1,5 @@
-"""The input embedding whose weight gradient is added into ``.grad`` in place (grove.core.token_embedding), and the
-training forwards' use of it (grove.models.forward.token_inputs)."""
+"""The input embedding whose weight gradient is added into ``.grad`` in place (grove.kernels.token_embedding), and the
+training forwards' use of it (grove.models.padded_forward.token_inputs)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grove.core.output_projection import accumulating_weight_gradient_in_place
-from grove.core.token_embedding import embed_tokens
+from grove.kernels.output_projection import accumulating_weight_gradient_in_place
+from grove.kernels.token_embedding import embed_tokens
 
 
 @pytest.mark.parametrize("padding_idx", [None, 3])
@@ -66,7 +66,7 @@ def test_embedding_gradient_through_autograd_outside_the_block_and_for_a_non_lea
 def test_training_forward_embeds_tokens_itself_only_for_a_plain_embedding(tmp_path) -> None:
     """token_inputs: a plain nn.Embedding is looked up by embed_tokens (the same rows); a subclass (which may scale
     its rows) or an embedding with max_norm keeps the model's own lookup."""
-    from grove.models.forward import decoder_backbone, token_inputs
+    from grove.models.padded_forward import decoder_backbone, token_inputs
     from grove.models.pretrained import load_policy
     from grove.models.tiny import create_tiny_model_dir
 
@@ -90,7 +90,7 @@ def test_training_forward_embeds_tokens_itself_only_for_a_plain_embedding(tmp_pa
 def test_packed_forward_in_place_embedding_gradient_equals_autograds(tmp_path) -> None:
     """On a tiny tied model, one micro-batch of the packed training forward inside the in-place block gives the
     tied weight the gradient autograd gives it outside the block, and every other parameter the same gradient."""
-    from grove.models.forward import policy_forward_packed
+    from grove.models.packed_forward import policy_forward_packed
     from grove.models.pretrained import load_policy
     from grove.models.tiny import create_tiny_model_dir
 

@@ -347,7 +347,7 @@ def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path, monkeyp
     while the update runs."""
     import torch
 
-    from grove.config import load_config
+    from grove.resolve import load_config
     from grove.rollout.prepacked_linear import prepacking_supported
     from grove.training import trainer as trainer_module
     from grove.training.trainer import Trainer
@@ -388,8 +388,8 @@ def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path, monkeyp
 
 def test_bf16_precision_generates_from_a_bf16_copy_by_default(tiny_model, tmp_path):
     """rollout.bf16_weights: null follows train.precision; an explicit value wins."""
-    from grove.config import load_config
     from grove.config.derived import generates_from_bf16_copy
+    from grove.resolve import load_config
 
     args = [a for a in base_overrides(tiny_model, tmp_path / "run") if a != "--set"]
     assert not generates_from_bf16_copy(load_config("examples/arithmetic.yaml", args))
@@ -403,7 +403,7 @@ def test_fp32_on_cpu_generates_from_a_prepacked_copy(tiny_model, tmp_path):
     dtype with prepacked linear layers, freed during the update; false decodes through the policy itself."""
     import torch
 
-    from grove.config import load_config
+    from grove.resolve import load_config
     from grove.rollout.prepacked_linear import prepacking_supported
     from grove.training.trainer import Trainer
 
@@ -448,8 +448,8 @@ def test_multi_objective_run_logs_every_objective_and_plots_them(tiny_model, tmp
 def test_activation_checkpointing_is_switched_by_the_config_and_back(tiny_model, tmp_path):
     """train.activation_checkpointing reaches the policy (so the test below compares two different runs), and
     ``set_activation_checkpointing`` (which benchmarks/micro_batch_size.py toggles) switches it both ways."""
-    from grove.config import load_config
     from grove.distributed.world import World
+    from grove.resolve import load_config
     from grove.training.policy_models import build_policy_models, set_activation_checkpointing
 
     for flag in (False, True):

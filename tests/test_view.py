@@ -136,7 +136,7 @@ def objectives_run(tiny_model, tmp_path_factory) -> Path:
 def agent_run(tiny_model, tmp_path_factory) -> Path:
     """Four GiGPO steps on the corridor environment (per-step prompts), evaluated every two steps; with token
     details."""
-    from grove.config import load_config
+    from grove.resolve import load_config
     from grove.training.trainer import Trainer
 
     out = tmp_path_factory.mktemp("agent") / "run"

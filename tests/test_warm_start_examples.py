@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grove.config import load_config
+from grove.resolve import load_config
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RECIPES = {

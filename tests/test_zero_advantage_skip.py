@@ -13,24 +13,24 @@ import pytest
 import torch
 
 from grove.batch import RolloutBatch
-from grove.config import load_config
 from grove.config.derived import zero_advantage_skip_blocker
 from grove.core.losses import PolicyLossInput, PolicyLossOutput
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.distributed.strategies import Strategy
 from grove.distributed.world import World
 from grove.pipeline.downsampling import TokenSelection
+from grove.pipeline.micro_batches import samples_with_signal
 from grove.pipeline.update import (
     Coefficients,
     LossComponents,
     UpdateSchedule,
     policy_update,
-    samples_with_signal,
 )
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
+from grove.resolve import load_config
+from grove.resolve.run_components import resolve_loss_components
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
-from grove.training.trainer import resolve_loss_components
 
 SKIPPABLE_LOSSES = [e.id for e in POLICY_LOSSES if e.zero_advantage_rows_skippable]
 SKIPPABLE_AGGREGATIONS = [e.id for e in LOSS_AGGREGATIONS if e.zero_advantage_rows_skippable]
@@ -72,7 +72,7 @@ def batch(policy) -> RolloutBatch:
 def _parts(loss: str, aggregation: str, skip: bool) -> LossComponents:
     return LossComponents(
         policy_loss=POLICY_LOSSES.get(loss), policy_params=POLICY_LOSSES.validate_params(loss, {}),
-        aggregate=LOSS_AGGREGATIONS.get(aggregation), kl_estimator=None, temperature=1.0, max_response_length=6,
+        loss_aggregation=LOSS_AGGREGATIONS.get(aggregation), kl_estimator=None, temperature=1.0, max_response_length=6,
         forward="packed", skip_zero_advantage=skip,
     )
 

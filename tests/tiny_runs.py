@@ -11,8 +11,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from grove.config import GroveConfig, dump_config, load_config
+from grove.config import GroveConfig, dump_config
 from grove.infra import checkpoint as ckpt
+from grove.resolve import load_config
 
 TESTS = Path(__file__).resolve().parent
 TIMING = ("seconds", "per_second")

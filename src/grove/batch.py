@@ -21,7 +21,7 @@ Layout (the same as generation, so log-probs line up exactly):
   objective does not apply to a sample) and ``reward_weights`` its ``K`` weights: the objectives travel
   separately to the reward-aggregation stage (:mod:`grove.core.objectives`) and the metrics.
 
-Agent experience adds a :class:`StepTable`: one row per environment step (an action the policy took),
+Agent experience adds a :class:`grove.step_table.StepTable`: one row per environment step (an action the policy took),
 with its trajectory, group, turn number, anchor state, reward, penalty and terminal flag, and the
 per-token ``token_steps`` ``[N, R]`` saying which step produced each response token (``-1`` for
 environment tokens and pads). With per-step prompts a sample holds one step; with one growing
@@ -33,12 +33,15 @@ loss), so step-level credit (GiGPO) is computed on the step table and scattered 
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from grove.step_table import StepTable, select_steps, stack_step_tables, step_kind_id
+
+__all__ = ["PER_TOKEN_FIELDS", "RolloutBatch", "StepTable", "concat_batches", "step_kind_id"]
 
 PER_TOKEN_FIELDS = (
     "response_ids",
@@ -51,71 +54,6 @@ PER_TOKEN_FIELDS = (
     "correction_weights",
     "advantages",
 )
-
-
-def step_kind_id(name: str | None) -> int:
-    """Stable positive id of a step type name (CRC-32, 31 bits; the same in every process); 0 for none."""
-    if not name:
-        return 0
-    return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF or 1
-
-
-STEP_FIELDS = ("sample", "group", "trajectory", "index", "anchor", "reward", "penalty", "terminal", "kind", "outcome")
-
-
-@dataclass(frozen=True)
-class StepTable:
-    """``S`` environment steps, the unit of step-level credit assignment (GiGPO).
-
-    * ``sample``     ``[S]`` the batch row holding this step's action tokens;
-    * ``group``      ``[S]`` the env group (G copies of one task and seed), equal to the row's ``group_index``;
-    * ``trajectory`` ``[S]`` the trajectory (episode), equal to the row's ``trajectory_index``;
-    * ``index``      ``[S]`` the turn number within its trajectory, 0-based;
-    * ``anchor``     ``[S]`` dense id of the anchor group: steps of one env group that acted from the same
-      environment state (exact anchor key, no turn number, so revisited states pool);
-    * ``reward``     ``[S]`` the environment reward ``r_t`` of the step;
-    * ``penalty``    ``[S]`` the penalty charged to the step (``coef`` for an invalid action, else 0);
-    * ``terminal``   ``[S]`` bool: the trajectory's last step (done, failed or out of turns);
-    * ``kind``       ``[S]`` the step's type as a stable integer id (:func:`step_kind_id` of the name the
-      environment gives in ``info["step_type"]``, e.g. ``"query"`` or ``"answer"``; 0 when it gives none).
-      Step-GRPO can group corresponding steps by it. Optional when building a table: defaults to zeros;
-    * ``outcome``    ``[S]`` the outcome the environment reports on the step (``info["outcome"]``, e.g. the final
-      answer's correctness; 0 on other steps), so an episode's outcome is the sum over its steps: what
-      outcome-only estimators can score instead of the summed step rewards. Optional: defaults to zeros.
-    """
-
-    sample: Tensor
-    group: Tensor
-    trajectory: Tensor
-    index: Tensor
-    anchor: Tensor
-    reward: Tensor
-    penalty: Tensor
-    terminal: Tensor
-    kind: Tensor | None = None
-    outcome: Tensor | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind is None:
-            object.__setattr__(self, "kind", torch.zeros_like(self.sample))
-        if self.outcome is None:
-            object.__setattr__(self, "outcome", torch.zeros_like(self.reward))
-        s = self.sample.shape
-        if len(s) != 1:
-            raise ValueError(f"StepTable.sample must be 1-D, got shape {tuple(s)}")
-        for name in STEP_FIELDS:
-            if getattr(self, name).shape != s:
-                raise ValueError(f"StepTable.{name} shape {tuple(getattr(self, name).shape)} != {tuple(s)}")
-
-    @property
-    def num_steps(self) -> int:
-        return self.sample.shape[0]
-
-    def select(self, keep: Tensor) -> StepTable:
-        return StepTable(**{name: getattr(self, name)[keep] for name in STEP_FIELDS})
-
-    def to(self, device: torch.device | str) -> StepTable:
-        return StepTable(**{name: getattr(self, name).to(device) for name in STEP_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -132,7 +70,6 @@ class RolloutBatch:
     trajectory_index: Tensor
     step_index: Tensor
     truncated: Tensor
-    anchor_index: Tensor | None = None
     ref_logprobs: Tensor | None = None
     rollout_logprobs: Tensor | None = None
     correction_weights: Tensor | None = None
@@ -170,7 +107,6 @@ class RolloutBatch:
             "trajectory_index": self.trajectory_index,
             "step_index": self.step_index,
             "truncated": self.truncated,
-            "anchor_index": self.anchor_index,
             "baseline_scores": self.baseline_scores,
             "sample_weights": self.sample_weights,
         }
@@ -198,8 +134,6 @@ class RolloutBatch:
         if self.num_samples == 0:
             return
         _same_within(self.trajectory_index, self.group_index, "trajectory_index", "group_index")
-        if self.anchor_index is not None:
-            _same_within(self.anchor_index, self.group_index, "anchor_index", "group_index")
         st = self.steps
         if st is None:
             return
@@ -257,7 +191,7 @@ class RolloutBatch:
         if self.metadata:
             changes["metadata"] = tuple(self.metadata[i] for i in idx.tolist())
         if self.steps is not None:
-            changes["steps"], changes["token_steps"] = _select_steps(self.steps, changes["token_steps"], idx, self.num_samples)
+            changes["steps"], changes["token_steps"] = select_steps(self.steps, changes["token_steps"], idx, self.num_samples)
         return dataclasses.replace(self, **changes)
 
     def to(self, device: torch.device | str) -> RolloutBatch:
@@ -291,21 +225,6 @@ def _same_within(inner: Tensor, outer: Tensor, inner_name: str, outer_name: str)
     pairs = torch.unique(torch.stack([inner, outer]), dim=1)
     if torch.unique(pairs[0]).numel() != pairs.shape[1]:
         raise ValueError(f"inconsistent hierarchy: one {inner_name} value spans several {outer_name} values")
-
-
-def _select_steps(steps: StepTable, token_steps: Tensor, rows: Tensor, num_samples: int) -> tuple[StepTable, Tensor]:
-    """The steps of the selected ``rows`` (in row order), renumbered; ``token_steps`` remapped to them."""
-    new_row = torch.full((num_samples,), -1, dtype=torch.long, device=rows.device)
-    new_row[rows] = torch.arange(len(rows), device=rows.device)
-    mapped = new_row[steps.sample]
-    keep = (mapped >= 0).nonzero().flatten()
-    keep = keep[torch.argsort(mapped[keep], stable=True)]  # steps follow their rows' new order
-    new_id = torch.full((steps.num_steps,), -1, dtype=torch.long, device=rows.device)
-    new_id[keep] = torch.arange(len(keep), device=rows.device)
-    kept = steps.select(keep)
-    kept = dataclasses.replace(kept, sample=new_row[kept.sample])
-    remapped = torch.where(token_steps >= 0, new_id[token_steps.clamp_min(0)], token_steps)
-    return kept, remapped
 
 
 def _pad_cat(tensors: list[Tensor], *, left: bool, value: float | int | bool = 0) -> Tensor:
@@ -347,7 +266,7 @@ def concat_batches(batches: list[RolloutBatch], *, pad_token_id: int = 0) -> Rol
             continue
         changes[name] = _pad_cat(values, left=False)
     for name in (
-        "rewards", "group_index", "trajectory_index", "step_index", "truncated", "anchor_index", "baseline_scores",
+        "rewards", "group_index", "trajectory_index", "step_index", "truncated", "baseline_scores",
         "sample_weights",
     ):
         values = [getattr(b, name) for b in batches]
@@ -376,5 +295,4 @@ def _concat_steps(batches: list[RolloutBatch]) -> tuple[StepTable, Tensor]:
         row_offset += b.num_samples
         step_offset += st.num_steps
         anchor_offset += int(st.anchor.max()) + 1 if st.num_steps else 0
-    merged = StepTable(**{name: torch.cat([getattr(t, name) for t in tables]) for name in STEP_FIELDS})
-    return merged, _pad_cat(tokens, left=False, value=-1)
+    return stack_step_tables(tables), _pad_cat(tokens, left=False, value=-1)

@@ -1,7 +1,7 @@
 """Registries: decorator-based lookup of components by an unambiguous id.
 
 Every pluggable piece of grove (advantage estimators, policy losses, loss aggregations, KL
-estimators, reward functions, reward aggregators) lives in a :class:`Registry`. A component registers itself with a
+estimators, reward functions, reward aggregators, environments, rollout engines, ...) lives in a :class:`Registry`. A component registers itself with a
 decorator and, optionally, a pydantic model describing its parameters; the YAML config then
 selects it by id and its parameters are validated against that model. Adding a component is
 therefore one new file and needs no trainer edit.
@@ -9,9 +9,9 @@ therefore one new file and needs no trainer edit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,12 +24,47 @@ class NoParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# ---- what a component's parameter model may declare beyond its fields (found once, when the component registers)
+@runtime_checkable
+class ScoresSeveralObjectives(Protocol):
+    """A reward whose one call scores several objectives, named by its parameters (``clinical_objectives``)."""
+
+    def objective_names(self) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
+class NeedsLargerGroups(Protocol):
+    """An estimator whose parameters need groups of at least this many completions (``pass_at_k``'s ``k``)."""
+
+    def min_group_size(self) -> int: ...
+
+
+@runtime_checkable
+class NamesObjectives(Protocol):
+    """An aggregator whose parameters name objectives, which must exist in the run (``gated``)."""
+
+    def check_objectives(self, names: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class MayProduceAdvantages(Protocol):
+    """An aggregator that, with some parameters, returns advantages rather than scores (GDPO's renormalisation)."""
+
+    def produces_advantages(self) -> bool: ...
+
+
+PARAMETER_CAPABILITIES: tuple[type, ...] = (
+    ScoresSeveralObjectives, NeedsLargerGroups, NamesObjectives, MayProduceAdvantages,
+)
+
+
 @dataclass(frozen=True)
 class Entry(Generic[T]):
     """One registered component: its id, callable, parameter model, citation and documentation fields.
 
     ``paper``, ``summary``, ``formula`` and ``reference`` (the reference implementation whose numbers the
-    component reproduces) are what ``scripts/docs_tables.py`` prints in ``docs/algorithms.md``.
+    component reproduces) are what ``scripts/docs_tables.py`` prints in ``docs/algorithms.md``. ``capabilities``:
+    the :data:`PARAMETER_CAPABILITIES` its parameter model declares (ask with :meth:`declares`).
     """
 
     id: str
@@ -41,6 +76,12 @@ class Entry(Generic[T]):
     formula: str = ""
     reference: str = ""
     zero_advantage_rows_skippable: bool = False
+    capabilities: frozenset[type] = field(default_factory=frozenset)
+    step_columns: frozenset[str] = frozenset()
+
+    def declares(self, capability: type) -> bool:
+        """Whether the parameter model declares ``capability`` (one of :data:`PARAMETER_CAPABILITIES`)."""
+        return capability in self.capabilities
 
 
 class UnknownComponentError(KeyError):
@@ -68,6 +109,7 @@ class Registry(Generic[T]):
         formula: str = "",
         reference: str = "",
         zero_advantage_rows_skippable: bool = False,
+        step_columns: tuple[str, ...] = (),
     ) -> Callable[[T], T]:
         """Decorator registering ``fn`` under ``id``. Ids are lowercase ``[a-z0-9_]`` and unique.
 
@@ -87,6 +129,10 @@ class Registry(Generic[T]):
         counts), so the update may leave such samples out of its forward and backward
         (``train.skip_zero_advantage``). Off unless declared: a component that couples rows (a covariance over the
         micro-batch, a per-micro-batch mean) must not set it.
+
+        ``step_columns`` (step-level advantage estimators): the named columns of the step table it reads
+        (:meth:`grove.batch.StepTable.column`), each produced by a registered step annotator (``STEP_ANNOTATORS``);
+        the config refuses an estimator whose columns no annotator produces.
         """
         if not id or id != id.lower() or not id.replace("_", "").isalnum():
             raise ValueError(f"{self.kind} id {id!r} must be lowercase letters, digits and '_'")
@@ -97,7 +143,8 @@ class Registry(Generic[T]):
             doc = (fn.__doc__ or "").strip().splitlines()
             self._entries[id] = Entry(
                 id, fn, params, paper, summary or (doc[0] if doc else ""), frozenset(requires), formula, reference,
-                zero_advantage_rows_skippable,
+                zero_advantage_rows_skippable, frozenset(c for c in PARAMETER_CAPABILITIES if issubclass(params, c)),
+                frozenset(step_columns),
             )
             return fn
 
@@ -138,6 +185,8 @@ ENVIRONMENTS: Registry = Registry("environment")
 ACTION_PARSERS: Registry = Registry("action parser")
 EXPERIENCE_SOURCES: Registry = Registry("experience source")
 KNOWLEDGE_BASES: Registry = Registry("knowledge base")
+ROLLOUT_ENGINES: Registry = Registry("rollout engine")
+STEP_ANNOTATORS: Registry = Registry("step annotator")
 
 
 def import_callable(path: str, what: str, error: type[Exception] = ValueError) -> Callable[..., Any]:

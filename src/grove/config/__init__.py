@@ -1,10 +1,11 @@
 """The run configuration: one YAML file, validated by pydantic.
 
-* :mod:`~grove.config.schema`: :class:`GroveConfig`, the root; :mod:`~grove.config.sections` and
-  :mod:`~grove.config.algorithm`: its sections; :mod:`~grove.config.components`: ``{id: ..., params}``
+* :mod:`~grove.config.schema`: :class:`GroveConfig`, the root, with the rules across its sections (which
+  components exist and what they require is checked for a run: :mod:`grove.resolve`);
+  :mod:`~grove.config.sections` and :mod:`~grove.config.algorithm`: its sections; :mod:`~grove.config.components`: ``{id: ..., params}``
   component blocks checked against a registry;
-* :mod:`~grove.config.validation`: the checks that span several sections;
-* :mod:`~grove.config.derived`: quantities the config implies (batch sizes, the reference model);
+* :mod:`~grove.config.reward_columns`: the reward-matrix columns a ``rewards:`` block fills;
+* :mod:`~grove.config.derived`: what the config implies (the reference model, the bf16 generation copy);
 * :mod:`~grove.config.loading`: YAML, ``--set`` overrides, presets, readable error messages;
 * :mod:`~grove.config.presets`: the paper presets.
 
@@ -17,7 +18,7 @@ from grove.config.loading import (
     apply_overrides,
     dump_config,
     format_validation_error,
-    load_config,
+    read_config,
 )
 from grove.config.schema import GroveConfig
 
@@ -28,5 +29,5 @@ __all__ = [
     "apply_overrides",
     "dump_config",
     "format_validation_error",
-    "load_config",
+    "read_config",
 ]

@@ -1,4 +1,5 @@
-"""Quantities the config implies rather than states: batch sizes per step, optimizer steps, the reference model."""
+"""What a config implies rather than states: the reference model, the bf16 generation copy, the zero-advantage
+skip."""
 
 from __future__ import annotations
 
@@ -6,24 +7,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from grove.config.schema import GroveConfig
-    from grove.config.sections import TrainConfig
 
-__all__ = ["batch_quantities", "generates_from_bf16_copy", "needs_reference_model", "zero_advantage_skip_blocker"]
-
-
-def batch_quantities(t: TrainConfig) -> dict[str, int]:
-    """The batch quantities a ``train`` section implies (printed by ``grove config show``)."""
-    mini = t.completions_per_step // t.mini_batches
-    return {
-        "prompts_per_step": t.prompts_per_step,
-        "completions_per_step": t.completions_per_step,
-        "mini_batch_size (completions per optimizer step)": mini,
-        "micro_batch_size (completions per forward/backward)": min(t.micro_batch_size, mini),
-        "gradient_accumulation_steps": -(-mini // t.micro_batch_size),
-        "optimizer_steps_per_rollout": t.mini_batches * t.ppo_epochs,
-        "total_optimizer_steps": t.mini_batches * t.ppo_epochs * t.steps,
-        "total_completions": t.completions_per_step * t.steps,
-    }
+__all__ = ["generates_from_bf16_copy", "needs_reference_model", "zero_advantage_skip_blocker"]
 
 
 def needs_reference_model(cfg: GroveConfig) -> bool:

@@ -1,9 +1,10 @@
-"""Loading a config: read the YAML (safe loader), apply ``--set`` overrides, expand the preset, validate;
+"""Reading a config: read the YAML (safe loader), apply ``--set`` overrides, expand the preset, validate the schema;
 and the error messages that name the key, the problem and the allowed values.
 
 Every mistake in a config file or a ``--set`` (unreadable file, YAML syntax, wrong type, unknown key, a value
 that is not plain data) is a :class:`ConfigError` naming the file (and line) or the key; nothing else escapes
-:func:`load_config` (``tests/test_config_fuzz.py`` fuzzes it).
+:func:`read_config`. A run loads its config with :func:`grove.resolve.load_config`, which also checks the
+components (``tests/test_config_fuzz.py`` fuzzes it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from grove.config.presets import PRESETS, expand_preset
 from grove.config.schema import GroveConfig
 
-__all__ = ["ConfigError", "apply_overrides", "dump_config", "format_validation_error", "load_config"]
+__all__ = ["ConfigError", "apply_overrides", "dump_config", "format_validation_error", "read_config"]
 
 
 class ConfigError(ValueError):
@@ -223,8 +224,9 @@ def _allowed_keys(loc: tuple) -> list[str]:
     return list(model.model_fields)
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None) -> GroveConfig:
-    """Read a YAML config (safe loader), apply ``--set`` overrides and validate."""
+def read_config(path: str | Path | None, overrides: list[str] | None = None) -> GroveConfig:
+    """Read a YAML config (safe loader), apply ``--set`` overrides and validate the schema (the components are
+    checked by :func:`grove.resolve.load_config`)."""
     data: dict[str, Any] = {}
     if path is not None:
         data = _read_config_file(Path(path))

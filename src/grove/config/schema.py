@@ -2,8 +2,8 @@
 
 Unknown keys and wrong types are errors naming the key and the allowed values
 (:func:`grove.config.loading.format_validation_error`); components are selected by registry id and
-their parameters validated against the model the component registered; the checks that span several
-sections are in :mod:`grove.config.validation`. Every key is documented in ``docs/config.md``.
+the rules that span several sections of its own fields are checked here when it is validated. Which components
+exist and what they require is checked when the config is resolved for a run (:mod:`grove.resolve`). Every key is documented in ``docs/config.md``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pydantic import Field, model_validator
 
 from grove.config.algorithm import AlgorithmConfig
 from grove.config.components import ComponentSpec
-from grove.config.derived import batch_quantities
 from grove.config.distributed_section import DistributedConfig
 from grove.config.env_section import EnvConfig
+from grove.config.reward_columns import reward_column_names
 from grove.config.sections import (
     CheckpointConfig,
     EvalConfig,
@@ -30,7 +30,6 @@ from grove.config.sections import (
     TrainConfig,
 )
 from grove.config.sft_section import SftConfig
-from grove.config.validation import reward_column_names, validate_config
 
 __all__ = ["GroveConfig"]
 
@@ -92,7 +91,13 @@ class GroveConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> GroveConfig:
-        validate_config(self)
+        """The rules that span several sections of the config's own fields (no registry, no user code), then
+        ``train.precision: auto`` resolved for the run's device; each rule raises ``ValueError`` naming the key and the fix, which :func:`grove.config.loading.format_validation_error`
+        prints under the top level."""
+        _check_stage_settings(self)
+        _check_optimizer_state(self)
+        _check_sampled_evaluation(self)
+        _resolve_precision(self)
         return self
 
     @property
@@ -124,8 +129,8 @@ class GroveConfig(Section):
         }
 
     def derived(self) -> dict[str, int | str]:
-        """The batch quantities the configuration implies (:func:`grove.config.derived.batch_quantities`)."""
-        quantities = batch_quantities(self.train)
+        """The batch quantities the configuration implies (:meth:`TrainConfig.batch_quantities`)."""
+        quantities = self.train.batch_quantities()
         if self.source_id == "environment":  # episodes: G copies per env group, one or many samples each
             quantities = {
                 "env_groups_per_step": self.train.prompts_per_step,
@@ -136,3 +141,60 @@ class GroveConfig(Section):
                 "total_optimizer_steps": self.train.mini_batches * self.train.ppo_epochs * self.train.steps,
             }
         return quantities
+
+
+def _check_sampled_evaluation(cfg: GroveConfig) -> None:
+    if cfg.eval.samples and cfg.sampled_eval_temperature == 0:
+        raise ValueError(
+            f"eval.samples: {cfg.eval.samples} sampled completions per item need a temperature above 0, and "
+            "rollout.temperature is 0 (greedy); set eval.temperature (for example 1.0), or eval.samples: 0"
+        )
+
+
+def _check_stage_settings(cfg: GroveConfig) -> None:
+    correction = cfg.algorithm.rollout_correction
+    if correction.mode != "none" and cfg.train.old_logprobs != "recompute":
+        raise ValueError(
+            "algorithm.rollout_correction needs the training engine's old log-probs: set train.old_logprobs: recompute"
+        )
+    if correction.lower is not None and correction.mode != "mask":
+        raise ValueError("algorithm.rollout_correction.lower applies to mode: mask only")
+    cache = cfg.algorithm.overlong.cache_tokens
+    if cache is not None and cache > cfg.rollout.max_new_tokens:
+        raise ValueError(
+            f"algorithm.overlong.cache_tokens ({cache}) must not exceed rollout.max_new_tokens "
+            f"({cfg.rollout.max_new_tokens})"
+        )
+    if cfg.algorithm.dynamic_sampling.enabled and cfg.train.completions_per_prompt < 2:
+        raise ValueError("algorithm.dynamic_sampling needs train.completions_per_prompt >= 2 (a group's variance)")
+    t = cfg.train
+    if cfg.source_id == "completions" and t.completions_per_step % t.mini_batches:
+        raise ValueError(
+            f"train.mini_batches: {t.completions_per_step} completions per step "
+            f"(prompts_per_step × completions_per_prompt) do not split into {t.mini_batches} equal mini-batches"
+        )
+
+
+def _check_optimizer_state(cfg: GroveConfig) -> None:
+    if cfg.optim.state_dtype == "bf16" and cfg.distributed.strategy == "fsdp2":
+        raise ValueError(
+            "optim.state_dtype: bf16 stores whole-parameter bfloat16 moments and does not support "
+            "distributed.strategy: fsdp2 (sharded parameters); use optim.state_dtype: fp32 with fsdp2, "
+            "or distributed.strategy: ddp"
+        )
+
+
+def _resolve_precision(cfg: GroveConfig) -> None:
+    """``train.precision: auto`` becomes ``bf16`` where the run's device multiplies bfloat16 natively (a GPU from
+    Ampere on; a CPU with AVX512-BF16, AMX or Arm BF16) and ``fp32`` elsewhere, where bf16 products run on a reference
+    loop many times slower (:func:`grove.infra.precision.native_bf16_products`). The resolved value is what the run
+    records in its ``config.yaml``."""
+    if cfg.train.precision != "auto":
+        return
+    import torch
+
+    from grove.infra.precision import native_bf16_products
+
+    device = cfg.distributed.device
+    on_gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    cfg.train.precision = "bf16" if native_bf16_products("cuda" if on_gpu else "cpu") else "fp32"

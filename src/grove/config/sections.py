@@ -79,6 +79,11 @@ class RewardConfig(ComponentSpec):
 
 
 class RolloutConfig(Section):
+    engine: str = Field(
+        "transformers",
+        description="The rollout engine that generates (registry ROLLOUT_ENGINES): 'transformers', batched decoding "
+        "with transformers' KV cache in this process.",
+    )
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
@@ -235,6 +240,20 @@ class TrainConfig(Section):
     @property
     def completions_per_step(self) -> int:
         return self.prompts_per_step * self.completions_per_prompt
+
+    def batch_quantities(self) -> dict[str, int]:
+        """The batch quantities this section implies (printed by ``grove config show``)."""
+        mini = self.completions_per_step // self.mini_batches
+        return {
+            "prompts_per_step": self.prompts_per_step,
+            "completions_per_step": self.completions_per_step,
+            "mini_batch_size (completions per optimizer step)": mini,
+            "micro_batch_size (completions per forward/backward)": min(self.micro_batch_size, mini),
+            "gradient_accumulation_steps": -(-mini // self.micro_batch_size),
+            "optimizer_steps_per_rollout": self.mini_batches * self.ppo_epochs,
+            "total_optimizer_steps": self.mini_batches * self.ppo_epochs * self.steps,
+            "total_completions": self.completions_per_step * self.steps,
+        }
 
 
 AdamBeta = Annotated[float, Field(ge=0.0, lt=1.0)]

@@ -12,8 +12,6 @@
 * :mod:`~grove.core.selection`, :mod:`~grove.core.keep_ratio_schedules`: D^3S down-sampling masks and
   their keep-ratio schedules;
 * :mod:`~grove.core.shaping`: DAPO's soft overlong penalty and informative-group filter;
-* :mod:`~grove.core.output_projection`: token log-probs and entropies from the output projection
-  (one autograd function with a hand-written backward);
 * :mod:`~grove.core.papers`: the titles every component cites.
 
 Importing this package registers every built-in component in :mod:`grove.registry`.

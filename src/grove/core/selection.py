@@ -73,6 +73,35 @@ def _stable_group_sort(values: Tensor, group: Tensor) -> Tensor:
     return by_value[by_group]
 
 
+def _checked_groups(values: Tensor, group_index: Tensor | None) -> tuple[Tensor, int, Tensor]:
+    """Dense group ids of ``values`` (one group when ``group_index`` is ``None``), their count, and the values in
+    float64; errors for a shape that is not ``[N]``, mismatched ids or non-finite values."""
+    if values.ndim != 1:
+        raise ValueError(f"values must be [N], got shape {tuple(values.shape)}")
+    if group_index is None:
+        group, num_groups = torch.zeros(values.numel(), dtype=torch.long, device=values.device), 1
+    else:
+        if group_index.shape != values.shape:
+            raise ValueError(f"group_index {tuple(group_index.shape)} must match values {tuple(values.shape)}")
+        group, num_groups = dense_index(group_index)
+    x = values.detach().to(torch.float64)
+    if not torch.isfinite(x).all():
+        raise ValueError("values must be finite (no NaN or inf)")
+    return group, num_groups, x
+
+
+def _keep_per_group(keep: int | Tensor, num_groups: int, size: Tensor, device: torch.device) -> Tensor:
+    """``keep`` as one count per group, clipped to the group's size; errors for a wrong shape or a negative count."""
+    m = torch.as_tensor(keep, device=device).to(torch.long)
+    if m.ndim == 0:
+        m = m.expand(num_groups)
+    if m.shape != (num_groups,):
+        raise ValueError(f"keep must be an int or a tensor of shape ({num_groups},), got {tuple(m.shape)}")
+    if (m < 0).any():
+        raise ValueError("keep must be >= 0")
+    return torch.minimum(m, size)
+
+
 def max_variance_subset(values: Tensor, group_index: Tensor | None, keep: int | Tensor) -> Tensor:
     """``bool [N]``: per group, the ``m`` members whose values have the largest (population) variance.
 
@@ -96,33 +125,13 @@ def max_variance_subset(values: Tensor, group_index: Tensor | None, keep: int | 
 
     Raises ``ValueError`` on non-finite values, a negative ``keep`` or mismatched shapes.
     """
-    if values.ndim != 1:
-        raise ValueError(f"values must be [N], got shape {tuple(values.shape)}")
     n = values.numel()
     device = values.device
-    if group_index is None:
-        group, num_groups = torch.zeros(n, dtype=torch.long, device=device), 1
-    else:
-        if group_index.shape != values.shape:
-            raise ValueError(
-                f"group_index {tuple(group_index.shape)} must match values {tuple(values.shape)}"
-            )
-        group, num_groups = dense_index(group_index)
-    x = values.detach().to(torch.float64)
-    if not torch.isfinite(x).all():
-        raise ValueError("values must be finite (no NaN or inf)")
+    group, num_groups, x = _checked_groups(values, group_index)
     if n == 0:
         return torch.zeros(0, dtype=torch.bool, device=device)
-
     size = segment_count(group, num_groups)  # [S]
-    m = torch.as_tensor(keep, device=device).to(torch.long)
-    if m.ndim == 0:
-        m = m.expand(num_groups)
-    if m.shape != (num_groups,):
-        raise ValueError(f"keep must be an int or a tensor of shape ({num_groups},), got {tuple(m.shape)}")
-    if (m < 0).any():
-        raise ValueError("keep must be >= 0")
-    m = torch.minimum(m, size)
+    m = _keep_per_group(keep, num_groups, size, device)
 
     order = _stable_group_sort(x, group)
     sorted_x, sorted_group = x[order], group[order]
@@ -197,7 +206,7 @@ def token_scores(advantages: Tensor, entropy: Tensor) -> Tensor:
     """D^3S token priority ``|A_{i,t}| * H_{i,t}`` ``[N, R]``, detached (a selection key, not a loss).
 
     ``H_{i,t}`` is the policy entropy at the token (e.g. from
-    :func:`grove.core.output_projection.token_logprobs_and_entropy`): tokens where the policy is both
+    :func:`grove.kernels.output_projection.token_logprobs_and_entropy`): tokens where the policy is both
     uncertain and carries a large advantage come first.
     """
     if advantages.shape != entropy.shape:

@@ -25,7 +25,7 @@ from grove.demos.task_answers import (
     gold_completions,
 )
 from grove.demos.task_demos import TaskDemonstrations
-from grove.demos.writer import write_demonstrations, write_jsonl_atomic
+from grove.demos.writer import write_demonstrations
 
 __all__ = [
     "ActionFormatError",
@@ -43,5 +43,4 @@ __all__ = [
     "demonstration_row",
     "gold_completions",
     "write_demonstrations",
-    "write_jsonl_atomic",
 ]

@@ -33,7 +33,7 @@ from grove.demos.rows import action_ids, demonstration_row
 from grove.demos.summary import DemoCounts
 from grove.envs import build_environment
 from grove.envs.base import Environment, Observation
-from grove.experience.episodes import Prompter, SampleTokens, Turn
+from grove.experience.episode_records import Prompter, SampleTokens, Turn
 from grove.experience.prompters import build_prompter
 from grove.experience.step_results import checked_observation, checked_transition
 from grove.experience.task_sampler import TaskSampler

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grove.experience.episodes import SampleTokens
+from grove.experience.episode_records import SampleTokens
 from grove.sft.demonstration_format import DemonstrationRow
 
 __all__ = ["action_ids", "demonstration_row"]

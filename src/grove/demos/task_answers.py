@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grove.config import GroveConfig
-from grove.config.validation import reward_column_names
+from grove.config.reward_columns import reward_column_names
 from grove.registry import REWARD_FUNCTIONS
 from grove.rewards.hpo_mentions import MASK, PhraseIndex, find_mentions, load_lexicon, mask_names, tokens
 from grove.tasks.task import Example, Task

@@ -17,7 +17,7 @@ from grove.config import GroveConfig
 from grove.demos.rows import action_ids, demonstration_row
 from grove.demos.summary import DemoCounts
 from grove.demos.task_answers import NoGoldCompletionError, gold_completions
-from grove.experience.episodes import SampleTokens
+from grove.experience.episode_records import SampleTokens
 from grove.experience.task_sampler import TaskSampler
 from grove.rollout.engine import context_length, encode_prompts, fit_prompts, prompt_preview
 from grove.sft.demonstration_format import tokenizer_fingerprint

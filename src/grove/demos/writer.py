@@ -8,39 +8,16 @@ complete, so ``out`` is either the whole new file or what it was before.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
+from grove.atomic_files import write_jsonl_atomic
 from grove.config import GroveConfig
 from grove.demos.expert_episodes import EnvironmentDemonstrations
 from grove.demos.summary import DemoCounts, DemoSummary
 from grove.demos.task_demos import TaskDemonstrations
 
-__all__ = ["write_demonstrations", "write_jsonl_atomic"]
-
-
-def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    """Write ``rows`` as JSON lines to ``path`` through a temporary file in the same folder, renamed over ``path``
-    once every row is written and flushed to disk (nothing is left behind when a row fails)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False))
-                f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+__all__ = ["write_demonstrations"]
 
 
 def write_demonstrations(

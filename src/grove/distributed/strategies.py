@@ -49,7 +49,7 @@ class Strategy:
     @property
     def gradients_written_in_place(self) -> bool:
         """Whether a backward may add a gradient straight into a parameter's ``.grad``, bypassing autograd's
-        accumulation (``grove.core.output_projection.accumulating_weight_gradient_in_place``). Only with one
+        accumulation (``grove.kernels.output_projection.accumulating_weight_gradient_in_place``). Only with one
         process: DDP's reducer learns of a gradient from autograd's accumulation hooks, and FSDP2's parameters
         are sharded."""
         return self.name == "none"

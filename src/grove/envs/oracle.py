@@ -21,13 +21,13 @@ A minimal user environment::
 
 What the built-in oracles optimise:
 
-* ``frozenlake``, ``cliffwalking``, ``taxi`` (:mod:`grove.envs.toy_text`): planned on gymnasium's transition
+* ``frozenlake``, ``cliffwalking``, ``taxi`` (:mod:`grove.envs.transition_table_plans`): planned on gymnasium's transition
   table ``P[state][action]``. Deterministic variants: a shortest path to the goal by breadth-first search that
   never steps into a hole (FrozenLake) or onto the cliff (CliffWalking); Taxi's shortest path to a successful
   drop-off. Slippery / rainy variants: finite-horizon value iteration on gymnasium's reward over the steps left
   before truncation (for FrozenLake, the probability of reaching the goal in time; for CliffWalking and Taxi,
   the expected return). ``None`` when the goal cannot be reached with positive probability in the steps left.
-* ``sokoban`` (:mod:`grove.envs.sokoban`): the first move of a shortest solution in moves (breadth-first search
+* ``sokoban`` (:mod:`grove.envs.sokoban_levels`): the first move of a shortest solution in moves (breadth-first search
   over player and box positions, pruning boxes on cells from which no target can be reached), cached so that
   following the oracle costs one search per episode; ``None`` when the room is unsolvable from the current
   state, when the search exceeds its node limit, or when the solution is longer than the steps left.

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -83,69 +84,46 @@ def evaluate(
     """
     start = time.perf_counter()
     names, _ = reward_columns(rewards)
-    if accuracy not in names:
-        raise ValueError(f"eval.accuracy_reward: {accuracy!r} is not a reward or objective; columns: {', '.join(names)}")
-    column = names.index(accuracy)
+    column = _accuracy_column(names, accuracy)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
     generator = torch.Generator().manual_seed(0)  # unused by greedy decoding, required by the interface
+    if samples and (sampling is None or sampling.temperature == 0):
+        raise ValueError("evaluate: samples > 0 needs sampling parameters with a temperature above 0")
     if samples:
-        if sampling is None or sampling.temperature == 0:
-            raise ValueError("evaluate: samples > 0 needs sampling parameters with a temperature above 0")
         sampled = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, max_new_tokens, stop)
         sample_generator = torch.Generator().manual_seed(seed)
-    sampled_correct: list[int] = []
-    sampled_tokens = 0
     matrices: list[torch.Tensor] = []
     samples_out: list[dict] = []
     sampled_out: list[dict] = []  # after the greedy samples in the result
-    lengths = truncated = 0
+    sampled_correct: list[int] = []
+    lengths = truncated = sampled_tokens = 0
     limit = context_length(getattr(engine, "model", None), tokenizer)
     for first in range(0, len(examples), batch_size):
         chunk = list(examples[first : first + batch_size])
-        ids = encode_prompts(
-            tokenizer, [e.prompt for e in chunk], system_prompt=system_prompt, use_chat_template=use_chat_template
-        )
-        ids, cut = fit_prompts(
-            ids, context_length=limit, max_new_tokens=max_new_tokens, overflow=prompt_overflow,
-            describe=lambda k, first=first, chunk=chunk: f"eval example {first + k} ({prompt_preview(chunk[k].prompt)})",
+        ids, cut = _fitted_prompts(
+            tokenizer, chunk, first, system_prompt=system_prompt, use_chat_template=use_chat_template,
+            context_length=limit, max_new_tokens=max_new_tokens, overflow=prompt_overflow,
             max_new_tokens_key=max_new_tokens_key,
         )
         truncated += cut
-        out = engine.generate(ids, 1, greedy, generator)
-        prompts = [e.prompt_text for e in chunk]
-        values = compute_rewards(rewards, prompts, out.texts, columns_for_rewards(chunk), step=-1, when=when)
+        values, tokens, records = _greedy_pass(engine, ids, chunk, rewards, column, greedy, generator, when)
         matrices.append(values)
-        lengths += int(out.response_mask.sum())
-        correct = (torch.nan_to_num(values[:, column], nan=0.0) >= 1.0).tolist()
-        samples_out.extend(
-            {"prompt": p, "completion": c, "answer": e.answer, "correct": ok, "rewards": dict(zip(names, row, strict=True))}
-            for p, c, e, ok, row in zip(prompts, out.texts, chunk, correct, values.tolist(), strict=True)
-        )
-        per_batch = max(1, batch_size // max(samples, 1))  # eval.batch_size rows per generation, as the greedy pass
-        for part in range(0, len(chunk) if samples else 0, per_batch):
-            part_ids, part_examples = ids[part : part + per_batch], chunk[part : part + per_batch]
-            drawn = engine.generate(part_ids, samples, sampled, sample_generator)  # rows i * samples + j
-            repeated = [e for e in part_examples for _ in range(samples)]
-            scores = compute_rewards(
-                rewards, [e.prompt_text for e in repeated], drawn.texts, columns_for_rewards(repeated), step=-1, when=when
+        lengths += tokens
+        samples_out.extend(records)
+        if samples:
+            counts, tokens, records = _sampled_pass(
+                engine, ids, chunk, rewards, column, samples, sampled, sample_generator, batch_size, when
             )
-            hits = (torch.nan_to_num(scores[:, column], nan=0.0) >= 1.0).view(len(part_examples), samples)
-            sampled_correct.extend(hits.sum(dim=1).tolist())
-            sampled_tokens += int(drawn.response_mask.sum())
-            sampled_out.extend(
-                {"prompt": e.prompt_text, "completion": c, "answer": e.answer, "correct": bool(ok),
-                 "eval_mode": "sampled", "rewards": dict(zip(names, row, strict=True))}
-                for e, c, ok, row in zip(repeated, drawn.texts, hits.flatten().tolist(), scores.tolist(), strict=True)
-            )
+            sampled_correct.extend(counts)
+            sampled_tokens += tokens
+            sampled_out.extend(records)
     if truncated:
         log.warning("rollout.prompt_overflow: truncate_left: %d of %d eval prompts lost their first tokens to fit "
                     "the model's context", truncated, len(examples))
     matrix = torch.cat(matrices) if matrices else torch.empty(0, len(names))
     extra = {**(objective_means(matrix, names) if len(names) > 1 else {}), **_summaries(rewards, matrix, columns_for_rewards(list(examples)))}
     if samples:
-        extra.update(SampledReport.from_item_counts(sampled_correct, samples).record())
-        extra["sampled/mean_completion_tokens"] = sampled_tokens / max(len(sampled_correct) * samples, 1)
-        extra["sampled/temperature"] = sampled.temperature
+        extra.update(_sampled_metrics(sampled_correct, samples, sampled_tokens, sampled.temperature))
     return EvalResult(
         report=AccuracyReport.from_scores(torch.nan_to_num(matrix[:, column], nan=0.0).tolist()),
         samples=samples_out + sampled_out,
@@ -153,6 +131,106 @@ def evaluate(
         mean_length=lengths / max(len(examples), 1),
         extra=extra,
     )
+
+
+def _accuracy_column(names: Sequence[str], accuracy: str) -> int:
+    """The index of the column whose value 1.0 counts as correct; an error naming the columns when there is none."""
+    if accuracy not in names:
+        raise ValueError(f"eval.accuracy_reward: {accuracy!r} is not a reward or objective; columns: {', '.join(names)}")
+    return list(names).index(accuracy)
+
+
+def _sampled_metrics(correct: list[int], samples: int, tokens: int, temperature: float) -> dict[str, float]:
+    """``sampled/*``: accuracy over items with its interval, pass@k, mean completion length, the temperature."""
+    return {
+        **SampledReport.from_item_counts(correct, samples).record(),
+        "sampled/mean_completion_tokens": tokens / max(len(correct) * samples, 1),
+        "sampled/temperature": temperature,
+    }
+
+
+def _greedy_pass(
+    engine: RolloutEngine,
+    ids: list[list[int]],
+    chunk: list[Example],
+    rewards: Sequence[RewardSpec],
+    column: int,
+    greedy: SamplingParams,
+    generator: torch.Generator,
+    when: str,
+) -> tuple[torch.Tensor, int, list[dict]]:
+    """One greedy completion of each example of ``chunk``: its reward matrix, the generated tokens, the records."""
+    names, _ = reward_columns(rewards)
+    out = engine.generate(ids, 1, greedy, generator)
+    prompts = [e.prompt_text for e in chunk]
+    values = compute_rewards(rewards, prompts, out.texts, columns_for_rewards(chunk), step=-1, when=when)
+    correct = (torch.nan_to_num(values[:, column], nan=0.0) >= 1.0).tolist()
+    records = [
+        {"prompt": p, "completion": c, "answer": e.answer, "correct": ok, "rewards": dict(zip(names, row, strict=True))}
+        for p, c, e, ok, row in zip(prompts, out.texts, chunk, correct, values.tolist(), strict=True)
+    ]
+    return values, int(out.response_mask.sum()), records
+
+
+def _fitted_prompts(
+    tokenizer: Any,
+    chunk: list[Example],
+    first: int,
+    *,
+    system_prompt: str | None,
+    use_chat_template: bool,
+    context_length: int | None,
+    max_new_tokens: int,
+    overflow: str,
+    max_new_tokens_key: str,
+) -> tuple[list[list[int]], int]:
+    """The prompt ids of ``chunk`` (examples ``first ..`` of the evaluation), fitted to the model's context
+    (:func:`grove.rollout.engine.fit_prompts`), and how many lost their first tokens."""
+    ids = encode_prompts(
+        tokenizer, [e.prompt for e in chunk], system_prompt=system_prompt, use_chat_template=use_chat_template
+    )
+    return fit_prompts(
+        ids, context_length=context_length, max_new_tokens=max_new_tokens, overflow=overflow,
+        describe=lambda k: f"eval example {first + k} ({prompt_preview(chunk[k].prompt)})",
+        max_new_tokens_key=max_new_tokens_key,
+    )
+
+
+def _sampled_pass(
+    engine: RolloutEngine,
+    ids: list[list[int]],
+    chunk: list[Example],
+    rewards: Sequence[RewardSpec],
+    column: int,
+    samples: int,
+    sampled: SamplingParams,
+    generator: torch.Generator,
+    batch_size: int,
+    when: str,
+) -> tuple[list[int], int, list[dict]]:
+    """``samples`` sampled completions of each example of ``chunk`` (prompt ids ``ids``), ``batch_size`` rows per
+    generation as the greedy pass: each example's correct count, the generated tokens, the sample records."""
+    names, _ = reward_columns(rewards)
+    counts: list[int] = []
+    tokens = 0
+    records: list[dict] = []
+    per_batch = max(1, batch_size // samples)
+    for part in range(0, len(chunk), per_batch):
+        part_ids, part_examples = ids[part : part + per_batch], chunk[part : part + per_batch]
+        drawn = engine.generate(part_ids, samples, sampled, generator)  # rows i * samples + j
+        repeated = [e for e in part_examples for _ in range(samples)]
+        scores = compute_rewards(
+            rewards, [e.prompt_text for e in repeated], drawn.texts, columns_for_rewards(repeated), step=-1, when=when
+        )
+        hits = (torch.nan_to_num(scores[:, column], nan=0.0) >= 1.0).view(len(part_examples), samples)
+        counts.extend(hits.sum(dim=1).tolist())
+        tokens += int(drawn.response_mask.sum())
+        records.extend(
+            {"prompt": e.prompt_text, "completion": c, "answer": e.answer, "correct": bool(ok),
+             "eval_mode": "sampled", "rewards": dict(zip(names, row, strict=True))}
+            for e, c, ok, row in zip(repeated, drawn.texts, hits.flatten().tolist(), scores.tolist(), strict=True)
+        )
+    return counts, tokens, records
 
 
 def _summaries(rewards: Sequence[RewardSpec], matrix: torch.Tensor, columns: dict[str, list]) -> dict[str, float]:

@@ -14,6 +14,6 @@
 """
 
 from grove.experience import completions, environment  # noqa: F401  (register the sources)
-from grove.experience.source import ExperienceSource, SourceContext, StepExperience, build_experience_source
+from grove.experience.source import ExperienceSource, ScoredExperience, SourceContext, build_experience_source
 
-__all__ = ["ExperienceSource", "SourceContext", "StepExperience", "build_experience_source"]
+__all__ = ["ExperienceSource", "ScoredExperience", "SourceContext", "build_experience_source"]

@@ -1,7 +1,7 @@
 """Single-turn experience: ``prompts_per_step`` prompts of the task, G completions each, scored by the rewards.
 
-The pipeline is :func:`grove.pipeline.collect.collect_experience` (dynamic sampling, overlong shaping,
-reference log-probs, KL in reward, advantages); this source owns the prompt order (an epoch-based
+The pipeline is :func:`grove.pipeline.collect.collect_scored` (scoring, dynamic sampling, overlong shaping; the
+trainer's :mod:`grove.pipeline.credit` does the rest); this source owns the prompt order (an epoch-based
 :class:`grove.training.prompt_sampler.PromptSampler`, checkpointed) and the held-out evaluation.
 """
 
@@ -11,10 +11,10 @@ import logging
 from typing import Any
 
 from grove.evaluation.evaluate import EvalResult, evaluate_config
-from grove.experience.source import SourceContext, StepExperience
+from grove.experience.source import ScoredExperience, SourceContext
 from grove.experience.task_sampler import TaskSampler
-from grove.pipeline.collect import ExperienceSettings, collect_experience
-from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES, REWARD_AGGREGATORS
+from grove.pipeline.collect import ExperienceSettings, collect_scored
+from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES, REWARD_AGGREGATORS, NamesObjectives
 from grove.rewards.scoring import resolve_rewards, reward_columns
 from grove.rollout.engine import (
     SamplingParams,
@@ -50,7 +50,7 @@ class CompletionSource:
         overlong = a.overlong
         aggregation = a.reward_aggregation
         aggregator_params = aggregation.validated(REWARD_AGGREGATORS)
-        if hasattr(aggregator_params, "check_objectives"):  # e.g. gated: its names must be objectives
+        if REWARD_AGGREGATORS.entry(aggregation.id).declares(NamesObjectives):  # gated: its names must be objectives
             names = reward_columns(self.rewards)[0] + (("overlong_penalty",) if overlong.soft_penalty else ())
             aggregator_params.check_objectives(names)
         self.settings = ExperienceSettings(
@@ -58,8 +58,6 @@ class CompletionSource:
             completions_per_group=cfg.train.completions_per_prompt,
             sampling=rollout_sampling(cfg),
             rewards=self.rewards,
-            advantage_fn=ctx.advantage_fn,
-            advantage_params=ctx.advantage_params,
             max_rounds=a.dynamic_sampling.max_rounds if a.dynamic_sampling.enabled else 1,
             overlong_filter=overlong.filter,
             overlong_cache_tokens=(
@@ -128,23 +126,9 @@ class CompletionSource:
             self.truncated_prompts = getattr(self, "truncated_prompts", 0) + truncated
         return examples, prompt_ids
 
-    def collect(self, step: int) -> StepExperience:
-        exp = collect_experience(
-            self.ctx.engine,
-            self.draw_prompts,
-            self.settings,
-            self.ctx.generator,
-            step=step,
-            reference=self.ctx.reference,
-            kl_in_reward=self.ctx.kl_in_reward(),
-        )
-        keep = self.ctx.cfg.logging.samples_per_step
-        batch = exp.batch
-        samples = [
-            {**meta, "rewards": dict(zip(batch.reward_names, batch.rewards[k].tolist(), strict=True))}
-            for k, meta in enumerate(batch.metadata[:keep])
-        ]
-        return exp.with_samples(samples)
+    def collect(self, step: int) -> ScoredExperience:
+        """This rank's scored completions (the logged samples are read from the step's batch after credit)."""
+        return collect_scored(self.ctx.engine, self.draw_prompts, self.settings, self.ctx.generator, step=step)
 
     def evaluate(self, step: int | None = None) -> EvalResult:
         cfg = self.ctx.cfg

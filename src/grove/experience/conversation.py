@@ -27,7 +27,7 @@ from typing import Any
 
 from grove.envs.base import Observation
 from grove.experience.context_budget import ContextBudget, ContextOverflow, cut_to_fit
-from grove.experience.episodes import SampleTokens, Turn
+from grove.experience.episode_records import SampleTokens, Turn
 from grove.experience.per_step_prompts import render_observation
 
 __all__ = ["ConversationPrompter"]

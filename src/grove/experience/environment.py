@@ -1,14 +1,14 @@
-"""Agent experience: multi-turn episodes of an environment, as a step's :class:`StepExperience`.
+"""Agent experience: multi-turn episodes of an environment, as a step's :class:`ScoredExperience`.
 
 A step plays ``train.prompts_per_step`` env groups; each group is ``train.completions_per_prompt`` (G)
 copies of the environment reset to the same task and seed (tasks from an epoch-based sampler over the
 environment's training tasks, seeds drawn from the run's generator, so both are part of the checkpoint).
 The episodes (:func:`grove.experience.episodes.run_episodes`) become a batch with a step table
-(:func:`grove.experience.trajectory_batch.trajectories_to_batch`); reference log-probs and advantages follow
-as for completions (:mod:`grove.pipeline.collect`).
+(:func:`grove.experience.trajectory_batch.trajectories_to_batch`) scored by each episode's return; the trainer's
+credit assignment (:mod:`grove.pipeline.credit`) computes the advantages, as for completions.
 
-Dynamic GiGPO (``algorithm.dynamic_sampling``): groups whose episode returns are all equal carry no
-episode-level signal; they are dropped and further rounds of groups are played until
+Dynamic GiGPO (``algorithm.dynamic_sampling``, :mod:`grove.pipeline.dynamic_sampling`): groups whose episode
+returns are all equal carry no episode-level signal; they are dropped and further rounds of groups are played until
 ``prompts_per_step`` informative groups exist or ``max_rounds`` is reached (then the last round's
 uninformative groups fill the gap, as for completions). Evaluation plays one greedy episode per held-out
 task and reports the success rate with a 95% Wilson interval and the mean number of turns.
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.core.shaping import informative_groups
-from grove.distributed.batch_exchange import gather_batch
 from grove.envs import build_environment
 from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import AccuracyReport, SampledReport
@@ -37,13 +38,14 @@ from grove.experience.episode_metrics import (
     mask_coverage,
     rollout_timing,
 )
-from grove.experience.episodes import EpisodeRun, Prompter, Trajectory, run_episodes
+from grove.experience.episode_records import EpisodeRun, Prompter, Trajectory
+from grove.experience.episodes import run_episodes
 from grove.experience.prompters import build_prompter
-from grove.experience.source import SourceContext, StepExperience
+from grove.experience.source import ScoredExperience, SourceContext
 from grove.experience.task_sampler import TaskSampler
 from grove.experience.trajectory_batch import trajectories_to_batch
 from grove.infra.precision import autocast
-from grove.pipeline.collect import kl_penalised_scores, with_advantages, with_reference_logprobs
+from grove.pipeline.dynamic_sampling import InformativeRounds, sample_informative_rounds
 from grove.registry import ACTION_PARSERS, EXPERIENCE_SOURCES
 from grove.rollout.engine import PromptTooLongError, context_length
 
@@ -111,33 +113,25 @@ class EnvironmentSource:
         return list(zip(tasks, seeds, strict=True))[start:end]
 
     # ------------------------------------------------------------------ one step
-    def collect(self, step: int) -> StepExperience:
-        kept: list[Trajectory] = []
-        kept_groups, rounds, filled = 0, 0, 0
-        runs: list[EpisodeRun] = []
-        last: list[Trajectory] = []
+    def collect(self, step: int) -> ScoredExperience:
+        """This rank's episodes of a step, as a batch with its step table, scored by the episode returns."""
         groups = self.shard[1] - self.shard[0]
-        while rounds < self.max_rounds and self.world.any(kept_groups < groups, "rollout: dynamic sampling"):
-            starts = self.draw_starts()
-            rounds += 1
-            if kept_groups >= groups:
-                continue  # this rank is full; others are still playing rounds
+
+        def play(starts: list[tuple[int, int]], round_number: int) -> _EpisodeRound:
             run = self.play(starts, self.group_size, self.sampling)
             for traj in run.trajectories:
-                traj.group += (rounds - 1) * groups
-            runs.append(run)
-            last = run.trajectories
-            if self.max_rounds == 1:
-                kept, kept_groups = last, groups
-                break
-            informative = _informative(last)
-            kept.extend(t for t, keep in zip(last, informative, strict=True) if keep)
-            kept_groups = len({t.group for t in kept})
-        if kept_groups < groups:  # out of rounds: top up with the last round's uninformative groups
-            rest = [t for t, keep in zip(last, _informative(last), strict=True) if not keep]
-            fill = sorted({t.group for t in rest})[: groups - kept_groups]
-            filled = len(fill)
-            kept.extend(t for t in rest if t.group in set(fill))
+                traj.group += (round_number - 1) * groups
+            return _EpisodeRound(run, run.trajectories)
+
+        rounds = sample_informative_rounds(
+            self.draw_starts,
+            play,
+            lambda part: _informative(part.trajectories),
+            groups=groups,
+            max_rounds=self.max_rounds,
+            world=self.world,
+        )
+        kept = [t for part in rounds.kept for t in part.trajectories]
         kept = [t for t in _renumber_groups(kept) if t.group < groups]
         _require_a_turn(kept, step, self.suite.name)
         start = time.perf_counter()
@@ -148,31 +142,25 @@ class EnvironmentSource:
             anchor_similarity=self.env_cfg.anchor_similarity,
         )
         batch_seconds = time.perf_counter() - start  # the step table and anchor grouping included
-        episode_stats = self.world.mean_over_ranks(
-            {**self._stats(kept, runs, batch, rounds, filled), "batch_seconds": batch_seconds},
+        runs = [part.run for part in rounds.played]
+        stats = self.world.mean_over_ranks(
+            {**self._stats(kept, runs, batch, rounds), "batch_seconds": batch_seconds},
             "rollout: episode statistics",
         )
-        batch = with_reference_logprobs(batch, self.ctx.reference)
-        batch, local_rows, scores = gather_batch(self.world, batch, self.ctx.engine.pad_token_id, scores)
-        stats: dict[str, float] = {}
-        scores = kl_penalised_scores(batch, scores, self.ctx.kl_in_reward(), stats)
-        batch, scores = with_advantages(batch, scores, self.ctx.advantage_fn, self.ctx.advantage_params, stats)
-        stats.update(episode_stats)
         keep = self.ctx.cfg.logging.samples_per_step
         # the batch's trajectory_index, so token_details.jsonl joins its trajectory (grove view)
         samples = [{**t.record(), "trajectory_id": t.group * self.group_size + t.slot} for t in kept[:keep]]
-        return StepExperience(
+        return ScoredExperience(
             batch,
-            scores,
             sum(r.generation_seconds for r in runs),
             sum(r.generated_tokens for r in runs),
             stats,
             samples,
-            local_rows=local_rows,
+            scores=scores,
         )
 
     def _stats(
-        self, kept: list[Trajectory], runs: list[EpisodeRun], batch: RolloutBatch, rounds: int, filled: int
+        self, kept: list[Trajectory], runs: list[EpisodeRun], batch: RolloutBatch, rounds: InformativeRounds
     ) -> dict[str, float]:
         stats = episode_metrics(kept)
         stats.update({f"env/{k}": v for k, v in environment_summary(self.suite, kept).items()})
@@ -183,8 +171,7 @@ class EnvironmentSource:
         stats["forward_tokens_per_env_step"] = float(batch.prompt_mask.sum() + batch.response_mask.sum()) / steps
         stats["samples_per_episode"] = batch.num_samples / max(sum(1 for t in kept if t.samples), 1)
         if self.max_rounds > 1:
-            stats["dynamic_sampling_rounds"] = float(rounds)
-            stats["dynamic_sampling_filled_groups"] = float(filled)
+            stats.update(rounds.stats())
         return stats
 
     # ------------------------------------------------------------------ evaluation
@@ -298,13 +285,27 @@ def _require_a_turn(trajectories: list[Trajectory], step: int, env_name: str) ->
     )
 
 
-def _informative(trajectories: list[Trajectory]) -> list[bool]:
-    """Per trajectory: its group's episode returns are not all equal."""
+@dataclass(frozen=True)
+class _EpisodeRound:
+    """One round's episodes (for dynamic sampling: rows are trajectories, grouped by their env group)."""
+
+    run: EpisodeRun
+    trajectories: list[Trajectory]
+
+    def group_ids(self) -> Tensor:
+        return torch.tensor([t.group for t in self.trajectories], dtype=torch.long)
+
+    def rows(self, indices: Tensor) -> _EpisodeRound:
+        return dataclasses.replace(self, trajectories=[self.trajectories[i] for i in indices.tolist()])
+
+
+def _informative(trajectories: list[Trajectory]) -> Tensor:
+    """``bool [n]``, per trajectory: its group's episode returns are not all equal."""
     if not trajectories:
-        return []
+        return torch.zeros(0, dtype=torch.bool)
     returns = torch.tensor([t.episode_return for t in trajectories], dtype=torch.float64)
     groups = torch.tensor([t.group for t in trajectories])
-    return informative_groups(returns, groups).tolist()
+    return informative_groups(returns, groups)
 
 
 def _renumber_groups(trajectories: list[Trajectory]) -> list[Trajectory]:

@@ -9,7 +9,7 @@ import torch
 from grove.batch import RolloutBatch
 from grove.envs.base import EnvironmentSuite, EpisodeRecord
 from grove.experience.env_failures import ERROR_KINDS
-from grove.experience.episodes import EpisodeRun, Trajectory
+from grove.experience.episode_records import EpisodeRun, Trajectory
 from grove.experience.step_results import checked_summary
 from grove.user_code import user_code
 

@@ -16,7 +16,7 @@ are made directly, in this thread. Either way the results are used in trajectory
 not depend on the threads' timing.
 
 How the model's context is built and which tokens become training samples is the job of a
-:class:`Prompter` (one per trajectory): per-step prompts (:mod:`grove.experience.per_step_prompts`) or one
+:class:`grove.experience.episode_records.Prompter` (one per trajectory): per-step prompts (:mod:`grove.experience.per_step_prompts`) or one
 growing token-exact conversation (:mod:`grove.experience.conversation`). A context that would not fit the
 model's context (or ``env.max_context_tokens``) ends its trajectory as truncated at that turn
 (``context_overflow``), warned once per environment; the prompter may instead cut a long observation to its
@@ -26,12 +26,10 @@ end (``env.prompt_overflow: truncate_observation``).
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -40,171 +38,14 @@ from grove.envs.base import Environment, Observation
 from grove.experience.context_budget import ContextOverflow
 from grove.experience.env_calls import EnvironmentCalls, EnvironmentTimeout
 from grove.experience.env_failures import ERROR_KINDS, error_kind, report_failure
+from grove.experience.episode_records import EpisodeRun, Prompter, Trajectory, Turn
 from grove.experience.step_results import MalformedEnvironmentResult, checked_observation, checked_transition
 from grove.rollout.engine import RolloutEngine, SamplingParams, reusing_prefixes
 from grove.user_code import user_code
 
-__all__ = [
-    "ContextOverflow",
-    "EnvironmentTimeout",
-    "EpisodeRun",
-    "Prompter",
-    "SampleTokens",
-    "Trajectory",
-    "Turn",
-    "run_episodes",
-]
+__all__ = ["EnvironmentTimeout", "run_episodes"]
 
 log = logging.getLogger("grove.experience")
-
-
-@dataclass
-class Turn:
-    """One step of a trajectory: the state acted from, what the model sampled, what the environment did."""
-
-    observation: Observation
-    action_ids: list[int]
-    logprobs: list[float]
-    text: str
-    parsed: ParsedAction
-    reward: float
-    penalty: float
-    done: bool
-    finish_reason: str
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def invalid(self) -> bool:
-        """The action could not be parsed, or the environment rejected it (``info["invalid_action"]``)."""
-        return not self.parsed.valid or bool(self.info.get("invalid_action", False))
-
-
-@dataclass
-class SampleTokens:
-    """One training sample cut from a trajectory: its prompt, and its response tokens with, per token, the
-    sampling log-prob (0 on environment tokens) and the turn that produced it (-1: environment token)."""
-
-    prompt_ids: list[int]
-    response_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    token_turns: list[int] = field(default_factory=list)
-
-    def append(self, ids: Sequence[int], logprobs: Sequence[float] | None, turn: int) -> None:
-        self.response_ids.extend(ids)
-        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
-        self.token_turns.extend([turn] * len(ids))
-
-    @property
-    def turns(self) -> list[int]:
-        return sorted({t for t in self.token_turns if t >= 0})
-
-
-class Prompter(Protocol):
-    """Builds one trajectory's model contexts and cuts its training samples."""
-
-    #: why the last :meth:`context` was ``None`` (``None`` while every context fit)
-    overflow: ContextOverflow | None
-
-    def begin(self, observation: Observation) -> None: ...
-
-    def context(self) -> list[int] | None:
-        """Token ids to generate the next action from; ``None`` when the context would be too long (then
-        :attr:`overflow` says by how much)."""
-        ...
-
-    def record(self, turn: Turn, next_observation: Observation | None) -> None:
-        """The turn just taken; ``next_observation`` is ``None`` when the episode ends with it."""
-        ...
-
-    def samples(self) -> list[SampleTokens]: ...
-
-
-@dataclass
-class Trajectory:
-    group: int
-    slot: int
-    task_id: int
-    seed: int
-    turns: list[Turn] = field(default_factory=list)
-    won: bool = False
-    done: bool = False
-    error: str | None = None  # "ExceptionType: message" when the environment failed
-    error_kind: str | None = None  # one of env_failures.ERROR_KINDS
-    context_overflow: bool = False
-    overflow: ContextOverflow | None = None  # how the context that ended the trajectory did not fit
-    samples: list[SampleTokens] = field(default_factory=list)
-
-    @property
-    def episode_return(self) -> float:
-        return sum(t.reward for t in self.turns)
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None
-
-    @property
-    def truncated(self) -> bool:
-        """Ended by the turn limit or the context limit, not by the environment."""
-        return not self.done and not self.failed
-
-    def record(self) -> dict[str, Any]:
-        """The whole trajectory as JSON-able data (samples.jsonl, evaluation samples)."""
-        return {
-            "group": self.group,
-            "task_id": self.task_id,
-            "seed": self.seed,
-            "return": self.episode_return,
-            "won": self.won,
-            "turns": len(self.turns),
-            "ended": "error" if self.failed else ("done" if self.done else "truncated"),
-            **({"error": self.error} if self.error else {}),
-            **({"context_overflow": True} if self.context_overflow else {}),
-            "trajectory": [
-                {
-                    "observation": t.observation.text,
-                    "anchor": repr(t.observation.anchor),
-                    "model_text": t.text,
-                    "action": t.parsed.action,
-                    "valid": not t.invalid,
-                    "reward": t.reward,
-                    "penalty": t.penalty,
-                    **({"info": info} if (info := _scalar_info(t.info)) else {}),
-                }
-                for t in self.turns
-            ],
-        }
-
-
-def _scalar_info(info: dict[str, Any]) -> dict[str, Any]:
-    """The entries of a step's ``info`` that JSON holds as they are (strings, booleans, integers, finite floats,
-    nulls), e.g. ``kb_routing``'s ``step_type``, ``kb`` and ``routing_correct``, for the trajectory records."""
-    return {
-        str(k): v
-        for k, v in info.items()
-        if v is None or isinstance(v, str | bool | int) or (isinstance(v, float) and math.isfinite(v))
-    }
-
-
-@dataclass
-class EpisodeRun:
-    trajectories: list[Trajectory]
-    generation_seconds: float
-    environment_seconds: float
-    generated_tokens: int
-    environment_steps: int
-    error_kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
-    prompt_tokens: int = 0  # context tokens of every turn's generate call
-    prompt_tokens_reused: int = 0  # of those, taken from the engine's cache (rollout.prefix_reuse)
-
-    @property
-    def errors(self) -> int:
-        """Trajectories an environment failure ended (every kind)."""
-        return sum(self.error_kinds.values())
-
-    @property
-    def context_overflows(self) -> int:
-        """Trajectories ended because their next context would not fit."""
-        return sum(t.context_overflow for t in self.trajectories)
 
 
 _overflow_warned: set[str] = set()
@@ -267,6 +108,87 @@ def run_episodes(
         calls.close()
 
 
+def _started_environments(
+    make_env: Callable[[], Environment],
+    trajectories: list[Trajectory],
+    calls: EnvironmentCalls,
+    failures: _Failures,
+    env_name: str,
+) -> tuple[list[Environment | None], list[Observation | None]]:
+    """One environment per trajectory, made in order in this thread (a suite's ``make`` may share state between
+    copies) and reset to the trajectory's task and seed: each copy and its first observation, ``None`` where making
+    or resetting failed (that trajectory ends as an environment failure)."""
+    envs: list[Environment | None] = []
+    for traj in trajectories:
+        try:
+            with user_code(f"environment {env_name!r} make"):
+                envs.append(make_env())
+        except Exception as exc:  # noqa: BLE001 - an environment failure ends only its own trajectory
+            envs.append(None)
+            failures.fail(traj, exc, "make")
+    resets = [(k, "reset", env.reset, (trajectories[k].task_id, trajectories[k].seed))
+              for k, env in enumerate(envs) if env is not None]
+    observations: list[Observation | None] = [None] * len(trajectories)
+    for (k, *_), (obs, exc) in zip(resets, calls.run(resets), strict=True):
+        if exc is None:
+            try:
+                observations[k] = checked_observation(obs, f"environment {env_name!r} reset")
+            except MalformedEnvironmentResult as malformed:
+                exc = malformed
+        if exc is not None:
+            envs[k] = None
+            failures.fail(trajectories[k], exc, "reset")
+    return envs, observations
+
+
+def _turn_contexts(
+    active: list[int], prompters: list[Prompter], trajectories: list[Trajectory], env_name: str, turn_number: int
+) -> tuple[list[list[int]], list[int]]:
+    """The contexts of this turn and the trajectories they belong to; a trajectory whose context does not fit the
+    model ends here (marked, with one warning)."""
+    contexts, running = [], []
+    for k in active:
+        ctx = prompters[k].context()
+        if ctx is None:
+            trajectories[k].context_overflow = True
+            trajectories[k].overflow = prompters[k].overflow
+            _warn_overflow(env_name, turn_number, prompters[k].overflow)
+        else:
+            contexts.append(ctx)
+            running.append(k)
+    return contexts, running
+
+
+def _transition(
+    result: tuple[Any, BaseException | None] | None,
+    obs: Observation,
+    traj: Trajectory,
+    failures: _Failures,
+    where: str,
+) -> tuple[Observation, float, bool, dict[str, Any], bool]:
+    """``(next observation, reward, done, info, stepped)`` of a turn: the checked result of its ``env.step``, or the
+    turn's own observation with no reward when the action was invalid (no step) or the step failed (recorded);
+    ``stepped``: the environment took the step."""
+    if result is None:
+        return obs, 0.0, False, {}, False
+    value, exc = result
+    if exc is None:
+        try:
+            return (*checked_transition(value, where), True)
+        except MalformedEnvironmentResult as malformed:
+            exc = malformed
+    failures.fail(traj, exc, "step")
+    return obs, 0.0, False, {}, False
+
+
+def _append_turn(traj: Trajectory, turn: Turn, invalid_penalty: float) -> None:
+    """Add ``turn`` to ``traj``, charging an invalid action the penalty; the episode is won once any turn says so."""
+    turn.penalty = invalid_penalty if turn.invalid else 0.0
+    traj.turns.append(turn)
+    traj.won = traj.won or bool(turn.info.get("won", False))
+    traj.done = turn.done
+
+
 def _play(
     engine: RolloutEngine,
     make_env: Callable[[], Environment],
@@ -283,33 +205,14 @@ def _play(
     env_name: str,
 ) -> EpisodeRun:
     failures = _Failures(env_name)
-    where_reset, where_step = f"environment {env_name!r} reset", f"environment {env_name!r} step"
+    where_step = f"environment {env_name!r} step"
     trajectories = [
         Trajectory(group=g, slot=slot, task_id=task_id, seed=seed)
         for g, (task_id, seed) in enumerate(starts)
         for slot in range(group_size)
     ]
-    envs: list[Environment | None] = []
     t0 = time.perf_counter()
-    for traj in trajectories:  # made in order, in this thread: a suite's `make` may share state between copies
-        try:
-            with user_code(f"environment {env_name!r} make"):
-                envs.append(make_env())
-        except Exception as exc:  # noqa: BLE001 - an environment failure ends only its own trajectory
-            envs.append(None)
-            failures.fail(traj, exc, "make")
-    resets = [(k, "reset", env.reset, (trajectories[k].task_id, trajectories[k].seed))
-              for k, env in enumerate(envs) if env is not None]
-    observations: list[Observation | None] = [None] * len(trajectories)
-    for (k, *_), (obs, exc) in zip(resets, calls.run(resets), strict=True):
-        if exc is None:
-            try:
-                observations[k] = checked_observation(obs, where_reset)
-            except MalformedEnvironmentResult as malformed:
-                exc = malformed
-        if exc is not None:
-            envs[k] = None
-            failures.fail(trajectories[k], exc, "reset")
+    envs, observations = _started_environments(make_env, trajectories, calls, failures, env_name)
     env_seconds = time.perf_counter() - t0
     prompters = [make_prompter() for _ in trajectories]
     for prompter, obs in zip(prompters, observations, strict=True):
@@ -321,16 +224,7 @@ def _play(
     active = [k for k, obs in enumerate(observations) if obs is not None]
     with reusing_prefixes(engine):  # the turns share weights: each reuses the previous turn's keys and values
         for turn_number in range(max_turns):
-            contexts, running = [], []
-            for k in active:
-                ctx = prompters[k].context()
-                if ctx is None:
-                    trajectories[k].context_overflow = True
-                    trajectories[k].overflow = prompters[k].overflow
-                    _warn_overflow(env_name, turn_number, prompters[k].overflow)
-                else:
-                    contexts.append(ctx)
-                    running.append(k)
+            contexts, running = _turn_contexts(active, prompters, trajectories, env_name, turn_number)
             if not running:
                 break
             out = engine.generate(contexts, 1, sampling, generator)
@@ -348,33 +242,14 @@ def _play(
             for row, k in enumerate(running):
                 traj, obs, parsed = trajectories[k], observations[k], actions[row]
                 n = int(lengths[row])
-                reward, done, info, nxt = 0.0, False, {}, obs
-                if k in results:
-                    value, exc = results[k]
-                    if exc is None:
-                        try:
-                            nxt, reward, done, info = checked_transition(value, where_step)
-                            env_steps += 1
-                        except MalformedEnvironmentResult as malformed:
-                            exc = malformed
-                    if exc is not None:
-                        failures.fail(traj, exc, "step")
+                nxt, reward, done, info, stepped = _transition(results.get(k), obs, traj, failures, where_step)
+                env_steps += stepped
                 turn = Turn(
-                    observation=obs,
-                    action_ids=all_ids[row][:n],
-                    logprobs=all_logprobs[row][:n],
-                    text=out.texts[row],
-                    parsed=parsed,
-                    reward=reward,
-                    penalty=0.0,
-                    done=done,
-                    finish_reason=out.finish_reasons[row],
+                    observation=obs, action_ids=all_ids[row][:n], logprobs=all_logprobs[row][:n], text=out.texts[row],
+                    parsed=parsed, reward=reward, penalty=0.0, done=done, finish_reason=out.finish_reasons[row],
                     info=info,
                 )
-                turn.penalty = invalid_penalty if turn.invalid else 0.0
-                traj.turns.append(turn)
-                traj.won = traj.won or bool(info.get("won", False))
-                traj.done = done
+                _append_turn(traj, turn, invalid_penalty)
                 ends = traj.done or traj.failed or turn_number == max_turns - 1
                 prompters[k].record(turn, None if ends else nxt)
                 observations[k] = nxt

@@ -21,7 +21,7 @@ from typing import Any
 
 from grove.envs.base import Observation
 from grove.experience.context_budget import CHARS_PER_TOKEN, ContextBudget, ContextOverflow, cut_to_fit
-from grove.experience.episodes import SampleTokens, Turn
+from grove.experience.episode_records import SampleTokens, Turn
 from grove.rollout.engine import encode_prompts
 
 __all__ = ["PerStepPrompter", "render_observation"]

@@ -15,7 +15,7 @@ from typing import Any
 from grove.config import GroveConfig
 from grove.experience.context_budget import ContextBudget
 from grove.experience.conversation import ConversationPrompter
-from grove.experience.episodes import Prompter
+from grove.experience.episode_records import Prompter
 from grove.experience.per_step_prompts import PerStepPrompter
 
 __all__ = ["build_prompter", "prompt_instructions"]

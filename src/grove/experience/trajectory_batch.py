@@ -4,7 +4,8 @@ Rows are the trajectories' samples in (group, slot, sample) order: one per turn 
 one per trajectory (per prefix break) with the growing conversation. ``response_mask`` covers every
 response token the forward must see (environment tokens included); ``loss_mask`` only the sampled ones;
 ``old_logprobs`` holds the sampling log-probs (0 on environment tokens); ``token_steps`` maps each sampled
-token to its step.
+token to its step. The step table's named columns come from every registered step annotator
+(:mod:`grove.experience.step_annotators`).
 
 Per sample, ``rewards`` has three columns: ``env_reward`` (the environment rewards of the steps the
 sample holds), ``episode_return`` (its trajectory's) and ``invalid_penalty`` (charged to its steps). The
@@ -18,20 +19,15 @@ from collections.abc import Sequence
 
 import torch
 
-from grove.batch import RolloutBatch, StepTable, step_kind_id
+from grove.batch import RolloutBatch, StepTable
+from grove.experience import step_annotators  # noqa: F401  (registers the built-in step annotators)
 from grove.experience.anchors import anchor_ids
-from grove.experience.episodes import Trajectory
+from grove.experience.episode_records import Trajectory, Turn
+from grove.registry import STEP_ANNOTATORS
 
 __all__ = ["REWARD_COLUMNS", "trajectories_to_batch"]
 
 REWARD_COLUMNS = ("env_reward", "episode_return", "invalid_penalty")
-
-
-def _step_type(turn) -> str | None:
-    """The environment's ``info["step_type"]``; ``"invalid"`` for an action that could not be parsed."""
-    if "step_type" in turn.info:
-        return str(turn.info["step_type"])
-    return None if turn.parsed.valid else "invalid"
 
 
 def _left(rows: Sequence[Sequence], width: int, pad) -> list[list]:
@@ -40,6 +36,28 @@ def _left(rows: Sequence[Sequence], width: int, pad) -> list[list]:
 
 def _right(rows: Sequence[Sequence], width: int, pad) -> list[list]:
     return [list(r) + [pad] * (width - len(r)) for r in rows]
+
+
+def _step_table(
+    step_rows: dict[str, list], turns: list[Turn], anchor_similarity: float | None
+) -> StepTable:
+    """The step table of the steps collected in ``step_rows`` (their played ``turns`` in the same order): anchor
+    groups from the observations' anchor keys, and every registered step annotator's column."""
+    anchors = anchor_ids(
+        step_rows["group"], [t.observation.anchor for t in turns], [t.observation.text for t in turns],
+        anchor_similarity,
+    )
+    return StepTable(
+        sample=torch.tensor(step_rows["sample"], dtype=torch.long),
+        group=torch.tensor(step_rows["group"], dtype=torch.long),
+        trajectory=torch.tensor(step_rows["trajectory"], dtype=torch.long),
+        index=torch.tensor(step_rows["index"], dtype=torch.long),
+        anchor=torch.tensor(anchors, dtype=torch.long),
+        reward=torch.tensor(step_rows["reward"], dtype=torch.float32),
+        penalty=torch.tensor(step_rows["penalty"], dtype=torch.float32),
+        terminal=torch.tensor(step_rows["terminal"], dtype=torch.bool),
+        columns={entry.id: entry.fn(turns) for entry in STEP_ANNOTATORS},
+    )
 
 
 def trajectories_to_batch(
@@ -53,8 +71,8 @@ def trajectories_to_batch(
     prompts, responses, logprobs, token_turns = [], [], [], []
     sample_group, sample_traj, sample_first_turn, sample_truncated = [], [], [], []
     reward_rows, scores = [], []
-    step_rows = {k: [] for k in ("sample", "group", "trajectory", "index", "reward", "penalty", "terminal", "kind", "outcome")}
-    anchor_keys, anchor_texts = [], []
+    step_rows = {k: [] for k in ("sample", "group", "trajectory", "index", "reward", "penalty", "terminal")}
+    step_turns: list[Turn] = []
     for traj in trajectories:
         if not traj.samples:
             continue
@@ -74,10 +92,7 @@ def trajectories_to_batch(
                 step_rows["reward"].append(turn.reward)
                 step_rows["penalty"].append(turn.penalty)
                 step_rows["terminal"].append(t == len(traj.turns) - 1)
-                step_rows["kind"].append(step_kind_id(_step_type(turn)))
-                step_rows["outcome"].append(float(turn.info.get("outcome", 0.0)))
-                anchor_keys.append(turn.observation.anchor)
-                anchor_texts.append(turn.observation.text)
+                step_turns.append(turn)
             prompts.append(sample.prompt_ids)
             responses.append(sample.response_ids)
             logprobs.append(sample.logprobs)
@@ -96,20 +111,7 @@ def trajectories_to_batch(
     r_width = max(len(r) for r in responses)
     response_mask = torch.tensor(_right([[1] * len(r) for r in responses], r_width, 0), dtype=torch.bool)
     token_steps = torch.tensor(_right(token_turns, r_width, -1), dtype=torch.long)
-    steps = StepTable(
-        sample=torch.tensor(step_rows["sample"], dtype=torch.long),
-        group=torch.tensor(step_rows["group"], dtype=torch.long),
-        trajectory=torch.tensor(step_rows["trajectory"], dtype=torch.long),
-        index=torch.tensor(step_rows["index"], dtype=torch.long),
-        anchor=torch.tensor(
-            anchor_ids(step_rows["group"], anchor_keys, anchor_texts, anchor_similarity), dtype=torch.long
-        ),
-        reward=torch.tensor(step_rows["reward"], dtype=torch.float32),
-        penalty=torch.tensor(step_rows["penalty"], dtype=torch.float32),
-        terminal=torch.tensor(step_rows["terminal"], dtype=torch.bool),
-        kind=torch.tensor(step_rows["kind"], dtype=torch.long),
-        outcome=torch.tensor(step_rows["outcome"], dtype=torch.float32),
-    )
+    steps = _step_table(step_rows, step_turns, anchor_similarity)
     batch = RolloutBatch(
         prompt_ids=torch.tensor(_left(prompts, p_width, pad_token_id), dtype=torch.long),
         prompt_mask=torch.tensor(_left([[1] * len(p) for p in prompts], p_width, 0), dtype=torch.bool),

@@ -19,7 +19,7 @@ The estimate adds the resident pieces of a training step for a decoder-only tran
   shared-prefix forward, the prompt is counted once per group, not once per completion; with
   ``train.activation_checkpointing`` one hidden vector per layer and token plus one layer's set;
 * the generation KV cache: ``2 · layers · kv_dim`` values per token for every row;
-* the output projection (:mod:`grove.core.output_projection`): the float32 probabilities and log-probs of one
+* the output projection (:mod:`grove.kernels.output_projection`): the float32 probabilities and log-probs of one
   micro-batch's predicted tokens when they fit in ``train.logit_cache_mb`` (kept from forward to
   backward), else two ``[chunk, vocab]`` float32 buffers; plus a float32 ``[vocab, hidden]`` gradient
   accumulator.
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from grove.core.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE, cache_bytes_needed
+from grove.kernels.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE, cache_bytes_needed
 
 GiB = 1024**3
 
@@ -183,7 +183,7 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         parts["output-projection chunks"] = float(cache_bytes_needed(r.logits_chunk, m.vocab))
     # the frozen head of a LoRA model gets no gradient (the kernel skips it when the weight needs none); with one
     # process the head adds its gradient into .grad in place (only a bf16 product is a buffer of its own), with
-    # several autograd carries a float32 [V, H] gradient (grove.core.output_projection)
+    # several autograd carries a float32 [V, H] gradient (grove.kernels.output_projection)
     if lora:
         head_gradient = 0.0
     elif r.processes > 1:

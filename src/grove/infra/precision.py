@@ -1,7 +1,7 @@
 """Mixed precision: bfloat16 autocast around generation and the forward pass, float32 everywhere else.
 
 Weights and AdamW state stay float32 ("master weights"); matmuls run in bfloat16 (fast on CPUs with
-AMX/AVX512-BF16 and on GPUs); :func:`grove.core.output_projection.token_logprobs_and_entropy` takes the
+AMX/AVX512-BF16 and on GPUs); :func:`grove.kernels.output_projection.token_logprobs_and_entropy` takes the
 log-softmax in float32 and the loss is float32. The rollout-vs-training log-prob mismatch grows
 (it is logged every step); ``train.old_logprobs: recompute`` with ``algorithm.rollout_correction``
 corrects for it.

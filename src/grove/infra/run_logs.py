@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from grove.atomic_files import write_text_atomic
 from grove.infra import fault_points
 from grove.infra.write_failures import reporting_write_failures
 
@@ -77,13 +78,8 @@ class JsonlLog:
             at = record["step"]
             if at < step or (at == step and not (drop_final_at_step and record.get("final"))):
                 kept.append(line)
-        tmp = self.path.with_suffix(".tmp")
-        try:
-            with reporting_write_failures(tmp, "the log", self.resume_hint):
-                tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
-                tmp.replace(self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with reporting_write_failures(self.path, "the log", self.resume_hint):
+            write_text_atomic(self.path, "".join(k + "\n" for k in kept))
 
     def read(self) -> list[dict[str, Any]]:
         """The records, in order; lines that are not records are skipped with one warning naming them."""

@@ -17,8 +17,8 @@ so the attribute ``grove.knowledge.routing_questions`` is the *function*; import
 ``from grove.knowledge.routing_questions import ...`` (which always works), not ``import ... as``.
 """
 
-from grove.knowledge import medical_kb, tables_kb, wiki_text  # noqa: F401  (registers the knowledge bases)
-from grove.knowledge.passages import KnowledgeBase, Passage, build_knowledge_base, clear_knowledge_base_memo
+from grove.knowledge.knowledge_base_builds import build_knowledge_base, clear_knowledge_base_memo
+from grove.knowledge.passages import KnowledgeBase, Passage
 from grove.knowledge.quiz_questions import quiz_question_report, quiz_questions
 from grove.knowledge.routing_question_types import (
     CATEGORIES,

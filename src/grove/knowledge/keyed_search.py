@@ -21,9 +21,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from grove.atomic_files import write_dir_atomic, write_json_atomic
 from grove.knowledge.bm25_index import Bm25Index
 from grove.knowledge.key_match import KeyMatcher
-from grove.knowledge.knowledge_cache import read_json, write_dir_atomic, write_json_atomic
+from grove.knowledge.knowledge_cache import read_json
 from grove.knowledge.passages import Passage
 
 __all__ = ["KEY_MATCH_SCORE", "KeyedBm25KnowledgeBase", "load_or_build_rows"]

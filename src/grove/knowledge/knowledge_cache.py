@@ -8,8 +8,8 @@ built from (read from package metadata, without importing them) and the module's
 bumped whenever the rendering or the index changes. A stale entry is therefore never read; old entries are
 simply left behind.
 
-Writes are atomic: a JSON file or ``.npy`` array is written to a temporary file in the same directory and
-moved into place with :func:`os.replace`; an index directory is written to a temporary directory and renamed.
+Writes are atomic (:mod:`grove.atomic_files`): a JSON file or ``.npy`` array is written to a temporary file in
+the same directory and moved into place; an index directory is written to a temporary directory and renamed.
 Two processes building the same entry at once both succeed and one result is kept.
 """
 
@@ -18,22 +18,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from grove.atomic_files import replace_atomically
+
 __all__ = [
     "cache_key",
     "knowledge_cache_root",
     "package_version",
     "read_json",
-    "write_dir_atomic",
-    "write_json_atomic",
     "write_npy_atomic",
 ]
 
@@ -65,53 +62,11 @@ def read_json(path: Path) -> Any:
         return json.load(f)
 
 
-def _atomic_file(path: Path, write: Callable[[str], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache may be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as compact UTF-8 JSON to ``path`` atomically."""
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
-
-    _atomic_file(path, write)
-
-
 def write_npy_atomic(path: Path, array: np.ndarray) -> None:
     """Write ``array`` as a ``.npy`` file to ``path`` atomically."""
 
-    def write(tmp: str) -> None:
+    def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             np.save(f, array, allow_pickle=False)
 
-    _atomic_file(path, write)
-
-
-def write_dir_atomic(path: Path, fill: Callable[[Path], None]) -> None:
-    """Create directory ``path`` by calling ``fill(tmp_dir)`` on a fresh temporary directory next to it, then
-    renaming it into place. If ``path`` appeared meanwhile (another process), the temporary copy is
-    discarded."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
-    try:
-        fill(tmp)
-        os.chmod(tmp, 0o755)
-        try:
-            os.rename(tmp, path)
-        except OSError:
-            if not path.is_dir():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    replace_atomically(path, write)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grove.knowledge.keyed_search import KeyedBm25KnowledgeBase
-from grove.knowledge.passages import build_knowledge_base
+from grove.knowledge.knowledge_base_builds import build_knowledge_base
 from grove.knowledge.routing_question_types import DEFAULT_KB_IDS, GoldStep, RoutingQuestionParams
 from grove.knowledge.text_match import contains_answer, normalize_answer
 from grove.knowledge.wiki_text import WikipediaTextKnowledgeBase

@@ -39,7 +39,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from grove.knowledge.passages import build_knowledge_base
+from grove.knowledge.knowledge_base_builds import build_knowledge_base
 from grove.knowledge.routing_question_types import DEFAULT_KB_IDS, GoldStep, RoutingQuestion, route_of
 from grove.knowledge.text_match import contains_answer, normalize_answer
 
@@ -194,6 +194,102 @@ def _lines(path: Path) -> list[str]:
     return out
 
 
+def _file_report(lines: int, kept: int, skipped: list[str], disagree: list[str]) -> dict[str, Any]:
+    return {"lines": lines, "kept": kept, "skipped": len(skipped), "skipped_entities": skipped, "kb_disagrees": disagree}
+
+
+def _capital_questions(
+    path: Path, name: str, countries: dict[str, dict[str, Any]], asked: set[str]
+) -> tuple[list[RoutingQuestion], dict[str, Any]]:
+    """The capital questions of one quiz file whose countries the tables KB knows (each country once over the files:
+    ``asked``), and the file's report."""
+    questions: list[RoutingQuestion] = []
+    kept, skipped, disagree, lines = 0, [], [], _lines(path)
+    duplicates: list[str] = []
+    for line in lines:
+        fields = parse_quiz_line(line)
+        if len(fields) < 2 or not fields[0] or not fields[1]:
+            skipped.append(line)
+            continue
+        match = next(
+            ((alt, countries[normalize_answer(alt)]) for alt in fields[0] if normalize_answer(alt) in countries), None
+        )
+        if match is None or not match[1]["capital"] or _gives_away(match[0], fields[1]):
+            skipped.append(fields[0][0])
+            continue
+        country, row = match
+        if row["iso"] in asked:
+            duplicates.append(country)
+            continue
+        asked.add(row["iso"])
+        capital = row["capital"]
+        answers = list(fields[1])
+        if not any(normalize_answer(a) == normalize_answer(capital) for a in answers):
+            answers.append(capital)
+            disagree.append(f"{country}: quiz {fields[1][0]!r}, tables {capital!r}")
+        steps = (GoldStep("tables", f"capital of {country}", (capital,)),)
+        questions.append(
+            RoutingQuestion(
+                qid=f"quiz:{name}:{normalize_answer(country).replace(' ', '_')}",
+                question=f"What is the capital of {country}?",
+                answers=tuple(answers),
+                steps=steps,
+                category="country_capital",
+                route=route_of(steps),
+                split="quiz",
+            )
+        )
+        kept += 1
+    return questions, {**_file_report(len(lines), kept, skipped, disagree), "duplicates": duplicates}
+
+
+_ELEMENT_QUESTIONS = (  # category, quiz field, tables column, question, sub-query
+    ("element_symbol", 0, "symbol", "What is the chemical symbol of {}?", "chemical symbol of {}"),
+    ("element_number", 1, "number", "What is the atomic number of {}?", "atomic number of {}"),
+)
+
+
+def _element_questions(
+    path: Path, elements: dict[str, dict[str, Any]]
+) -> tuple[list[RoutingQuestion], dict[str, Any]]:
+    """The symbol and atomic-number questions of the elements quiz file whose elements the tables KB knows, and the
+    file's report."""
+    questions: list[RoutingQuestion] = []
+    kept, skipped, disagree, lines = 0, [], [], _lines(path)
+    for line in lines:
+        fields = parse_quiz_line(line)
+        if len(fields) < 4 or not fields[0] or not fields[1] or not fields[3]:
+            skipped.append(line)
+            continue
+        match = next(
+            ((alt, elements[normalize_answer(alt)]) for alt in fields[3] if normalize_answer(alt) in elements), None
+        )
+        if match is None:
+            skipped.append(fields[3][0])
+            continue
+        element, row = match
+        for category, quiz_field, column, template, sub in _ELEMENT_QUESTIONS:
+            kb_value = str(row[column])
+            answers = list(fields[quiz_field])
+            if kb_value not in answers:
+                answers.append(kb_value)
+                disagree.append(f"{element} {category}: quiz {fields[quiz_field][0]!r}, tables {kb_value!r}")
+            steps = (GoldStep("tables", sub.format(element), (kb_value,)),)
+            questions.append(
+                RoutingQuestion(
+                    qid=f"quiz:elements:{category}:{row['number']}",
+                    question=template.format(element),
+                    answers=tuple(answers),
+                    steps=steps,
+                    category=category,
+                    route=route_of(steps),
+                    split="quiz",
+                )
+            )
+        kept += 1
+    return questions, _file_report(len(lines), kept, skipped, disagree)
+
+
 def _build(quiz_dir: Path, cache_dir: str | None) -> tuple[list[RoutingQuestion], dict[str, Any]]:
     tables = build_knowledge_base(DEFAULT_KB_IDS["tables"], {"cache_dir": cache_dir})
     countries: dict[str, dict[str, Any]] = {}
@@ -205,128 +301,22 @@ def _build(quiz_dir: Path, cache_dir: str | None) -> tuple[list[RoutingQuestion]
             elements.setdefault(normalize_answer(f["name"]), f)
     questions: list[RoutingQuestion] = []
     report: dict[str, Any] = {"files": {}, "kept": 0, "skipped": 0}
-
-    def record(name: str, kept: int, skipped: list[str], lines: int, disagree: list[str]) -> None:
-        report["files"][name] = {
-            "lines": lines,
-            "kept": kept,
-            "skipped": len(skipped),
-            "skipped_entities": skipped,
-            "kb_disagrees": disagree,
-        }
-        report["kept"] += kept
-        report["skipped"] += len(skipped)
-
     asked: set[str] = set()  # countries already asked (Kazakhstan is in both asia and europe)
-    for name in CAPITAL_FILES:
+    parts = [(name, lambda path, name=name: _capital_questions(path, name, countries, asked)) for name in CAPITAL_FILES]
+    parts.append((ELEMENTS_FILE, lambda path: _element_questions(path, elements)))
+    for name, questions_of in parts:
         path = quiz_dir / name
         if not path.is_file():
             continue
-        kept, skipped, disagree, lines = 0, [], [], _lines(path)
-        duplicates: list[str] = []
-        for line in lines:
-            fields = parse_quiz_line(line)
-            if len(fields) < 2 or not fields[0] or not fields[1]:
-                skipped.append(line)
-                continue
-            match = next(
-                (
-                    (alt, countries[normalize_answer(alt)])
-                    for alt in fields[0]
-                    if normalize_answer(alt) in countries
-                ),
-                None,
-            )
-            if match is None or not match[1]["capital"] or _gives_away(match[0], fields[1]):
-                skipped.append(fields[0][0])
-                continue
-            country, row = match
-            if row["iso"] in asked:
-                duplicates.append(country)
-                continue
-            asked.add(row["iso"])
-            capital = row["capital"]
-            answers = list(fields[1])
-            if not any(normalize_answer(a) == normalize_answer(capital) for a in answers):
-                answers.append(capital)
-                disagree.append(f"{country}: quiz {fields[1][0]!r}, tables {capital!r}")
-            steps = (GoldStep("tables", f"capital of {country}", (capital,)),)
-            questions.append(
-                RoutingQuestion(
-                    qid=f"quiz:{name}:{normalize_answer(country).replace(' ', '_')}",
-                    question=f"What is the capital of {country}?",
-                    answers=tuple(answers),
-                    steps=steps,
-                    category="country_capital",
-                    route=route_of(steps),
-                    split="quiz",
-                )
-            )
-            kept += 1
-        record(name, kept, skipped, len(lines), disagree)
-        report["files"][name]["duplicates"] = duplicates
-
-    path = quiz_dir / ELEMENTS_FILE
-    if path.is_file():
-        kept, skipped, disagree, lines = 0, [], [], _lines(path)
-        for line in lines:
-            fields = parse_quiz_line(line)
-            if len(fields) < 4 or not fields[0] or not fields[1] or not fields[3]:
-                skipped.append(line)
-                continue
-            match = next(
-                (
-                    (alt, elements[normalize_answer(alt)])
-                    for alt in fields[3]
-                    if normalize_answer(alt) in elements
-                ),
-                None,
-            )
-            if match is None:
-                skipped.append(fields[3][0])
-                continue
-            element, row = match
-            for category, quiz_values, kb_value, template, sub in (
-                (
-                    "element_symbol",
-                    fields[0],
-                    row["symbol"],
-                    "What is the chemical symbol of {}?",
-                    "chemical symbol of {}",
-                ),
-                (
-                    "element_number",
-                    fields[1],
-                    str(row["number"]),
-                    "What is the atomic number of {}?",
-                    "atomic number of {}",
-                ),
-            ):
-                answers = list(quiz_values)
-                if kb_value not in answers:
-                    answers.append(kb_value)
-                    disagree.append(f"{element} {category}: quiz {quiz_values[0]!r}, tables {kb_value!r}")
-                steps = (GoldStep("tables", sub.format(element), (kb_value,)),)
-                questions.append(
-                    RoutingQuestion(
-                        qid=f"quiz:elements:{category}:{row['number']}",
-                        question=template.format(element),
-                        answers=tuple(answers),
-                        steps=steps,
-                        category=category,
-                        route=route_of(steps),
-                        split="quiz",
-                    )
-                )
-            kept += 1
-        record(ELEMENTS_FILE, kept, skipped, len(lines), disagree)
+        found, file_report = questions_of(path)
+        questions.extend(found)
+        report["files"][name] = file_report
+        report["kept"] += file_report["kept"]
+        report["skipped"] += file_report["skipped"]
     report["questions"] = len(questions)
     log.info(
         "quiz questions from %s: %d questions; entities kept %d, skipped %d (not in the tables KB)",
-        quiz_dir,
-        len(questions),
-        report["kept"],
-        report["skipped"],
+        quiz_dir, len(questions), report["kept"], report["skipped"],
     )
     return questions, report
 

@@ -55,13 +55,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from grove.atomic_files import write_json_atomic
 from grove.knowledge import medical_kb, tables_kb, wiki_text
 from grove.knowledge.knowledge_cache import (
     cache_key,
     knowledge_cache_root,
     package_version,
     read_json,
-    write_json_atomic,
 )
 from grove.knowledge.question_categories import GENERATORS, Candidate, RoleKnowledgeBases
 from grove.knowledge.routing_question_types import (

@@ -34,12 +34,12 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from grove.atomic_files import write_dir_atomic
 from grove.knowledge.bm25_index import Bm25Index
 from grove.knowledge.knowledge_cache import (
     cache_key,
     knowledge_cache_root,
     package_version,
-    write_dir_atomic,
     write_npy_atomic,
 )
 from grove.knowledge.passages import Passage

@@ -6,7 +6,7 @@ fuses the elementwise ones into generated kernels around the matrix products and
 the *layer*, not the whole model, keeps the graph small: the layers are instances of one class, so one
 compilation serves all of them (``nn.Module.compile`` with the module's parameters as graph inputs), and
 ``dynamic=True`` lets one graph take every micro-batch length. The output projection and the loss stay eager
-(:mod:`grove.core.output_projection` already avoids the ``[tokens, vocab]`` logits tensor).
+(:mod:`grove.kernels.output_projection` already avoids the ``[tokens, vocab]`` logits tensor).
 
 Measured on the vs-TRL work (docs/benchmarks.md, issue 16): the compilation costs 10–30 s once, in the first
 update (a few seconds when inductor's on-disk cache holds it); each later bf16 update is 13–18% shorter on a
@@ -26,7 +26,7 @@ import shutil
 import torch
 from torch import nn
 
-from grove.models.forward import decoder_backbone
+from grove.models.padded_forward import decoder_backbone
 
 __all__ = ["CompileUnavailable", "compile_decoder_layers", "decoder_layers"]
 
@@ -37,7 +37,7 @@ class CompileUnavailable(RuntimeError):
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     """The decoder's list of layers of a transformers causal LM (or a peft model around one): the ``layers`` of
-    the backbone the training forward runs (:func:`grove.models.forward.decoder_backbone`)."""
+    the backbone the training forward runs (:func:`grove.models.padded_forward.decoder_backbone`)."""
     try:
         layers = getattr(decoder_backbone(model), "layers", None)
     except TypeError:

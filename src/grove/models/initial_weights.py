@@ -8,7 +8,7 @@ RL config names the warm-start run with ``model.init_from``, which may be:
 * a checkpoint directory (``RUN/checkpoints/step-N``) or its ``model/``;
 * any transformers model directory.
 
-A LoRA adapter is merged into its base model once (:func:`grove.models.lora.export_merged`) and the merged model is
+A LoRA adapter is merged into its base model once (:func:`grove.models.merged_export.export_merged`) and the merged model is
 cached under the grove cache (``merged/<hash of the adapter>``), so the new run starts from full weights (and may
 put new adapters on them). The run's reference policy, for the KL term, is this starting model: RL regularises
 towards the warm start, as DeepSeek-R1's RL stages regularise towards their cold-start checkpoint.
@@ -59,7 +59,7 @@ def initial_model_dir(init_from: str) -> Path:
 
 def _merged_adapter(adapter_dir: Path) -> Path:
     """A full model merged from the LoRA adapter in ``adapter_dir`` (and its base), cached by the adapter's bytes."""
-    from grove.models.lora import export_merged
+    from grove.models.merged_export import export_merged
 
     digest = hashlib.sha256()
     for name in sorted(p.name for p in adapter_dir.iterdir() if p.is_file()):

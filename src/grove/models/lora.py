@@ -13,7 +13,7 @@ the reference log-probs are computed by the same model under :func:`adapters_dis
 agree exactly at step 0.
 
 **The output head stays un-adapted.** grove fuses the output projection with the log-softmax (a hand-written
-kernel reads the head's weight directly, :mod:`grove.core.output_projection`), so ``lm_head`` cannot carry an
+kernel reads the head's weight directly, :mod:`grove.kernels.output_projection`), so ``lm_head`` cannot carry an
 adapter; the config rejects it at load time.
 
 **Checkpoints.** A LoRA run's checkpoint ``RUN/checkpoints/step-N/model/`` holds the adapter only:
@@ -21,25 +21,14 @@ adapter; the config rejects it at load time.
 embedded name, e.g. ``smollm2-135m``) and ``adapter_model.safetensors`` (:func:`save_adapter`), plus the
 tokenizer. :func:`load_adapter_weights` puts such weights back into a live adapter-wrapped model (resume).
 
-**Export.** :func:`export_merged` (``grove export CHECKPOINT_DIR OUT_DIR``) loads the base model named in the
-adapter config, loads the adapter, folds ``(alpha / r) · B A`` into each ``W`` (peft's ``merge_and_unload``)
-and writes a plain transformers model (float32 safetensors + tokenizer) that
-``AutoModelForCausalLM.from_pretrained`` loads without peft. A full-fine-tuning checkpoint is copied the same
-way, so the command works for both. Files that do not load (a truncated safetensors file, a config or tokenizer
-file that is not JSON) raise :class:`ModelFilesError` naming the directory and the reader's complaint, before
-anything is written. ``grove export`` first checks a grove checkpoint against its manifest
-(:mod:`grove.training.checkpoint_export`), which also catches changed bytes that still load.
+**Export.** :func:`grove.models.merged_export.export_merged` folds an adapter into its base model.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
-import tempfile
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,47 +36,22 @@ from typing import Any, Protocol
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 from peft.utils import load_peft_weights
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
-from grove.models.pretrained import resolve_model_path
+from grove.models.model_files import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, quiet_peft
 
 __all__ = [
-    "ADAPTER_CONFIG_FILE",
-    "ADAPTER_WEIGHTS_FILE",
     "LoraSpec",
-    "ModelFilesError",
     "adapter_parameter_count",
     "adapters_disabled",
     "apply_lora",
-    "export_merged",
     "is_lora",
     "load_adapter_weights",
     "save_adapter",
     "trainable_parameter_count",
 ]
 
-ADAPTER_CONFIG_FILE = "adapter_config.json"
-ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 _HEAD_NAMES = ("lm_head",)
-_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
-
-
-class ModelFilesError(ValueError):
-    """A model directory's files (weights, config, tokenizer) do not load: damaged or incomplete."""
-
-
-@contextlib.contextmanager
-def _loading(directory: Path, what: str = "the model") -> Iterator[None]:
-    """Turn what a reader raises for a damaged file into a :class:`ModelFilesError` naming ``directory``."""
-    from safetensors import SafetensorError
-
-    try:
-        yield
-    except ModelFilesError:
-        raise
-    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise ModelFilesError(f"{what} in {directory} does not load ({type(exc).__name__}: {reason})") from exc
 
 
 class LoraSpec(Protocol):
@@ -113,14 +77,6 @@ def adapters_disabled(model: Any) -> AbstractContextManager[Any]:
 def trainable_parameter_count(model: torch.nn.Module) -> int:
     """Number of parameters with ``requires_grad`` (the adapters only, for a LoRA model)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-@contextlib.contextmanager
-def _quiet_peft() -> Iterator[None]:
-    """peft calls a deprecated transformers v5 alias (``is_gradient_checkpointing``): not the user's concern."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        yield
 
 
 def _matches(name: str, target: str) -> bool:
@@ -211,7 +167,7 @@ def apply_lora(model: PreTrainedModel, settings: LoraSpec, base_name: str | os.P
         task_type="CAUSAL_LM",
     )
     try:
-        with _quiet_peft():
+        with quiet_peft():
             peft_model = get_peft_model(model, config)
     except ValueError as exc:  # e.g. a target that names a module type LoRA cannot adapt
         raise ValueError(f"cannot add LoRA adapters: {exc}; Linear modules: {_linear_names(model)}") from exc
@@ -289,102 +245,3 @@ def load_adapter_weights(model: PeftModel, directory: str | os.PathLike) -> None
         raise ValueError(f"{weights}: adapter entries the model has no place for: {leftover[:3]}")
 
 
-def _model_dir(checkpoint_dir: Path) -> Path:
-    if not checkpoint_dir.is_dir():
-        raise FileNotFoundError(
-            f"checkpoint directory {checkpoint_dir} does not exist; pass a grove checkpoint such as "
-            "RUN/checkpoints/step-N"
-        )
-    model_dir = checkpoint_dir / "model"
-    if model_dir.is_dir():
-        return model_dir
-    if (checkpoint_dir / ADAPTER_CONFIG_FILE).is_file() or (checkpoint_dir / "config.json").is_file():
-        return checkpoint_dir  # the checkpoint's model/ directory itself
-    raise FileNotFoundError(
-        f"{checkpoint_dir} has no model/ directory: it is not a grove checkpoint (pass RUN/checkpoints/step-N)"
-    )
-
-
-def _check_out_dir(out_dir: Path) -> None:
-    if out_dir.is_file() or (out_dir.is_dir() and any(out_dir.iterdir())):
-        raise FileExistsError(f"{out_dir} already exists and is not empty; choose a new output directory or remove it")
-
-
-def _has_tokenizer(directory: Path) -> bool:
-    return any((directory / f).is_file() for f in _TOKENIZER_FILES)
-
-
-def _offline() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def load_merged_adapter(model_dir: Path) -> tuple[PreTrainedModel, Path]:
-    """The base model named in ``model_dir``'s adapter config with the adapter merged in; and the base directory."""
-    with _loading(model_dir, "the adapter"):
-        config = json.loads((model_dir / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"))
-    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
-    if not base:
-        raise ValueError(
-            f"{model_dir / ADAPTER_CONFIG_FILE} names no base_model_name_or_path; set it to the base model's "
-            "directory or embedded name (e.g. smollm2-135m)"
-        )
-    try:
-        base_dir = resolve_model_path(base)
-    except (ValueError, FileNotFoundError) as exc:
-        raise ValueError(
-            f"the adapter's base model {base!r} (base_model_name_or_path in {model_dir / ADAPTER_CONFIG_FILE}) "
-            f"cannot be loaded: {exc}"
-        ) from exc
-    with _loading(base_dir, "the adapter's base model"):
-        base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, local_files_only=True)
-    with _loading(model_dir, "the adapter"), _quiet_peft():
-        peft_model = PeftModel.from_pretrained(base_model, str(model_dir))
-    return peft_model.merge_and_unload(), base_dir
-
-
-def export_merged(checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Write a plain transformers model (safetensors + tokenizer) from a grove checkpoint to ``out_dir``.
-
-    ``checkpoint_dir`` is ``RUN/checkpoints/step-N`` (or its ``model/`` directory). A LoRA checkpoint (an
-    ``adapter_config.json`` in ``model/``) is merged into its base model (``base_model_name_or_path``: a local
-    directory or an embedded name) in float32; a full checkpoint is loaded and saved as it is. Files that do not
-    load raise :class:`ModelFilesError` before anything is written. The directory is written under a temporary
-    name and renamed, so a failure leaves no partial ``out_dir``. Returns ``out_dir``.
-    """
-    checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
-    model_dir = _model_dir(checkpoint_dir)
-    _check_out_dir(out_dir)
-    _offline()
-    if (model_dir / ADAPTER_CONFIG_FILE).is_file():
-        model, base_dir = load_merged_adapter(model_dir)
-        tokenizer_dir = model_dir if _has_tokenizer(model_dir) else base_dir
-    else:
-        if not (model_dir / "config.json").is_file():
-            raise FileNotFoundError(
-                f"{model_dir} holds neither {ADAPTER_CONFIG_FILE} (a LoRA checkpoint) nor config.json (a full model)"
-            )
-        with _loading(model_dir):
-            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", local_files_only=True)
-        tokenizer_dir = model_dir
-    if not _has_tokenizer(tokenizer_dir):
-        raise FileNotFoundError(f"no tokenizer in {tokenizer_dir} (expected {' or '.join(_TOKENIZER_FILES)})")
-    with _loading(tokenizer_dir, "the tokenizer"):
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-export-{out_dir.name}-", dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        _check_out_dir(out_dir)
-        if out_dir.is_dir():
-            out_dir.rmdir()  # empty (checked above)
-        os.rename(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir

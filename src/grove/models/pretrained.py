@@ -33,11 +33,14 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from grove.models.model_files import ADAPTER_CONFIG_FILE, quiet_peft, reading_model_files, work_offline
+
 __all__ = [
     "EMBEDDED_MODELS",
     "EmbeddedModel",
     "ModelLoadError",
     "grove_cache_dir",
+    "load_merged_adapter",
     "load_policy",
     "resolve_model_path",
 ]
@@ -71,11 +74,6 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
 }
 
 _STALE_TMP_SECONDS = 3600.0
-
-
-def _offline() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def grove_cache_dir(cache_dir: Path | None = None) -> Path:
@@ -133,7 +131,7 @@ def _make_readable(directory: Path) -> None:
 def _convert_embedded(spec: EmbeddedModel, target: Path) -> None:
     """Dequantise the GGUF into a plain transformers checkpoint at ``target`` (atomically)."""
     gguf_path = _locate_gguf(spec)
-    _offline()
+    work_offline()
     target.parent.mkdir(parents=True, exist_ok=True)
     _cleanup_stale_tmp(target.parent, spec.cache_name)
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
@@ -262,6 +260,32 @@ def _load_from_directory(path: Path, dtype: torch.dtype) -> tuple[PreTrainedMode
     return model, tokenizer
 
 
+def load_merged_adapter(model_dir: Path) -> tuple[PreTrainedModel, Path]:
+    """The base model named in ``model_dir``'s adapter config with the adapter merged in; and the base directory."""
+    from peft import PeftModel
+
+    with reading_model_files(model_dir, "the adapter"):
+        config = json.loads((model_dir / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"))
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if not base:
+        raise ValueError(
+            f"{model_dir / ADAPTER_CONFIG_FILE} names no base_model_name_or_path; set it to the base model's "
+            "directory or embedded name (e.g. smollm2-135m)"
+        )
+    try:
+        base_dir = resolve_model_path(base)
+    except (ValueError, FileNotFoundError) as exc:
+        raise ValueError(
+            f"the adapter's base model {base!r} (base_model_name_or_path in {model_dir / ADAPTER_CONFIG_FILE}) "
+            f"cannot be loaded: {exc}"
+        ) from exc
+    with reading_model_files(base_dir, "the adapter's base model"):
+        base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, local_files_only=True)
+    with reading_model_files(model_dir, "the adapter"), quiet_peft():
+        peft_model = PeftModel.from_pretrained(base_model, str(model_dir))
+    return peft_model.merge_and_unload(), base_dir
+
+
 def load_policy(
     name_or_path: str | Path,
     *,
@@ -273,17 +297,15 @@ def load_policy(
     The tokenizer always has a pad token (its eos token if it had none), keeps its chat template and pads on
     the left. ``model.generation_config`` is set from the tokenizer's special tokens (plain sampling).
     A LoRA checkpoint's ``model/`` directory (``adapter_config.json``) loads as its base model with the adapter
-    merged in (:func:`grove.models.lora.load_merged_adapter`).
+    merged in (:func:`load_merged_adapter`).
 
     Raises:
         ModelLoadError: an unknown name, or a directory with a malformed ``config.json``, missing or corrupt
             weights, or a broken tokenizer (the message names the directory and the problem).
     """
-    _offline()
+    work_offline()
     adapter_dir = Path(str(name_or_path)).expanduser()
-    if (adapter_dir / "adapter_config.json").is_file():
-        from grove.models.lora import load_merged_adapter
-
+    if (adapter_dir / ADAPTER_CONFIG_FILE).is_file():
         try:
             model, base_dir = load_merged_adapter(adapter_dir)
             model = model.to(dtype)

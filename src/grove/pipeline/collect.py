@@ -1,4 +1,4 @@
-"""One step's experience: prompts → G completions each → rewards → typed batch → advantages.
+"""Single-turn experience: prompts → G completions each → rewards → this rank's scored batch.
 
 Order of operations (each optional stage is a config setting, not a trainer branch):
 
@@ -8,29 +8,21 @@ Order of operations (each optional stage is a config setting, not a trainer bran
    ``None`` for it, or failed on it with ``on_error: skip``) cannot be scored and leaves the round (its group
    keeps its other samples; ``reward_excluded_samples``); a round left with none is an error, and so is a
    sample whose weighted rewards overflow float32;
-2. DAPO dynamic sampling: keep only groups that carry signal under the reward aggregator (some column of
-   its ``signal`` varies: the combined score for per-sample aggregators, every weighted objective for
-   GDPO/MO-GRPO) and draw further rounds until ``prompts_per_step`` such groups exist or ``max_rounds`` is
-   reached; missing groups are then filled with the signal-free groups of the last round (they carry no
-   advantage; the number is logged as ``dynamic_sampling_filled_groups``);
-3. DAPO overlong filtering: truncated completions get an all-zero ``loss_mask``;
-4. the reward aggregator (``algorithm.reward_aggregation``) turns the final batch's objectives into one
-   score per sample (batch-level renormalisations therefore see exactly the trained batch);
-5. reference log-probs (when a reference model is loaded) and, with ``kl.placement: reward``, ``β·Σ_t KL_t`` subtracted
-   from each sample's score;
-6. advantages from the registered estimator, then per-objective statistics (``objective/*``).
+2. DAPO dynamic sampling (:mod:`grove.pipeline.dynamic_sampling`): keep only groups that carry signal under the
+   reward aggregator (some column of its ``signal`` varies: the combined score for per-sample aggregators, every
+   weighted objective for GDPO/MO-GRPO) and draw further rounds until ``prompts_per_step`` such groups exist or
+   ``max_rounds`` is reached;
+3. DAPO overlong filtering: truncated completions get an all-zero ``loss_mask``.
 
-With several ranks (:mod:`grove.distributed`), each rank draws the same ``prompts_per_step`` prompts from the
-shared sampler and generates, scores and (with dynamic sampling) filters only its own share of the groups;
-rounds continue until every rank has its share. Reference log-probs are computed on each rank's own
-samples; then the batch is gathered (:func:`grove.distributed.batch_exchange.gather_batch`) and stages 4-6 run
-on the whole step's batch, so batch-level statistics equal their single-process values.
+The trainer's credit assignment (:mod:`grove.pipeline.credit`) then combines the objectives, subtracts KL in the
+reward and computes the advantages. With several ranks (:mod:`grove.distributed`), each rank draws the same
+``prompts_per_step`` prompts from the shared sampler and generates, scores and (with dynamic sampling) filters only
+its own share of the groups; rounds continue until every rank has its share.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -39,13 +31,12 @@ from pydantic import BaseModel
 from torch import Tensor
 
 from grove.batch import RolloutBatch, concat_batches
-from grove.core.advantages import AdvantageFn, run_estimator
-from grove.core.objectives import AggregateFn, informative_from_signal, objective_statistics, run_aggregator
+from grove.core.objectives import AggregateFn, informative_from_signal, run_aggregator
 from grove.core.objectives.pointwise import sum_then_normalize
 from grove.core.shaping import soft_overlong_penalty
-from grove.core.token_ops import row_mean
-from grove.distributed.batch_exchange import gather_batch
 from grove.distributed.world import World
+from grove.pipeline.credit import ScoredExperience
+from grove.pipeline.dynamic_sampling import sample_informative_rounds
 from grove.pipeline.round_scores import RoundScores, check_weighted_sums, nothing_to_train_on, say_left_out
 from grove.rewards.scoring import RewardFunctionError, RewardSpec, compute_rewards, reward_columns
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
@@ -63,8 +54,6 @@ class ExperienceSettings:
     completions_per_group: int
     sampling: SamplingParams
     rewards: Sequence[RewardSpec]
-    advantage_fn: AdvantageFn
-    advantage_params: BaseModel
     max_rounds: int = 1  # > 1: DAPO dynamic sampling
     overlong_filter: bool = False
     overlong_cache_tokens: int | None = None  # set: DAPO soft overlong punishment
@@ -78,36 +67,18 @@ class ExperienceSettings:
 
 
 @dataclass(frozen=True)
-class KLInReward:
-    estimator: Callable[[Tensor, Tensor], Tensor]
-    coef: float
-
-
-@dataclass(frozen=True)
-class StepExperience:
-    """One step's experience, whatever its source: the batch (with advantages), the scores they came from,
-    generation time and tokens, statistics for the step's metrics, and the samples written to samples.jsonl.
-
-    With several ranks ``batch`` and ``scores`` hold the whole step (every rank's samples, identical on all
-    ranks) and ``local_rows`` the rows this rank generated and trains on; ``None`` means all of them."""
-
-    batch: RolloutBatch
-    scores: Tensor  # [N] the scalar reward the advantages were computed from
-    generation_seconds: float
-    generated_tokens: int
-    stats: dict[str, float] = field(default_factory=dict)
-    samples: list[dict] = field(default_factory=list)
-    local_rows: Tensor | None = None
-
-    def with_samples(self, samples: list[dict]) -> StepExperience:
-        return dataclasses.replace(self, samples=samples)
-
-
-@dataclass(frozen=True)
 class _Round:
+    """One round's scored samples, and the seconds and tokens its generation took."""
+
     batch: RolloutBatch
     seconds: float
     tokens: int
+
+    def group_ids(self) -> Tensor:
+        return self.batch.group_index
+
+    def rows(self, indices: Tensor) -> _Round:
+        return dataclasses.replace(self, batch=self.batch.select(indices))
 
 
 def _score(
@@ -147,7 +118,7 @@ def _score(
     return RoundScores(rewards, names, weights, prompts, unscorable, frozenset(skipped))
 
 
-def aggregate(batch: RolloutBatch, s: ExperienceSettings):
+def combined_objectives(batch: RolloutBatch, s: ExperienceSettings):
     """The reward aggregator's output on ``batch`` (scores, per-objective contributions, signal columns)."""
     return run_aggregator(s.aggregator, batch, s.aggregator_params)
 
@@ -229,105 +200,57 @@ def _first_groups(batch: RolloutBatch, count: int) -> RolloutBatch:
     return batch.select(keep)
 
 
-def collect_experience(
+def collect_scored(
     engine: RolloutEngine,
     draw: PromptSource,
     s: ExperienceSettings,
     generator: torch.Generator,
     *,
     step: int,
-    reference: Callable[[RolloutBatch], Tensor] | None = None,
-    kl_in_reward: KLInReward | None = None,
-) -> StepExperience:
+) -> ScoredExperience:
+    """This rank's scored completions of a step (stages 1-3 of the module docstring)."""
     start, end = s.world.shard(s.groups)
     groups = end - start  # this rank's share of the step's groups
-    kept: list[RolloutBatch] = []  # the samples of the groups kept so far
-    kept_groups = 0
-    seconds = 0.0
-    tokens = 0
-    rounds = 0
-    last: _Round | None = None
     stats: dict[str, float] = {}
-    while rounds < s.max_rounds and s.world.any(kept_groups < groups, "rollout: dynamic sampling"):
-        examples, prompt_ids = draw(s.groups)  # every rank draws, so the sampler stays the same on all ranks
-        rounds += 1
-        if kept_groups >= groups:
-            continue  # this rank is full; others are still drawing rounds
-        last = _sample_round(
-            engine, examples[start:end], prompt_ids[start:end], s, generator, step, group_offset=(rounds - 1) * groups,
-            stats=stats,
-        )
-        seconds += last.seconds
-        tokens += last.tokens
-        if s.max_rounds == 1:
-            kept.append(last.batch)
-            kept_groups = groups
-            break
-        informative = _informative(last.batch, s).nonzero().flatten()
-        if len(informative):
-            kept.append(last.batch.select(informative))
-            kept_groups += _count_groups(last.batch.group_index[informative])
-    filled = 0
-    if kept_groups < groups:  # out of rounds: top up with the last round's uninformative groups
-        assert last is not None
-        rest = (~_informative(last.batch, s)).nonzero().flatten()
-        filled = min(groups - kept_groups, _count_groups(last.batch.group_index[rest]))
-        kept.append(last.batch.select(rest))
-    batch = _first_groups(concat_batches(kept, pad_token_id=s.pad_token_id), groups)
 
+    def play(drawn: tuple[list[Example], list[list[int]]], round_number: int) -> _Round:
+        examples, prompt_ids = drawn
+        return _sample_round(
+            engine, examples[start:end], prompt_ids[start:end], s, generator, step,
+            group_offset=(round_number - 1) * groups, stats=stats,
+        )
+
+    rounds = sample_informative_rounds(
+        lambda: draw(s.groups),  # every rank draws, so the sampler stays the same on all ranks
+        play,
+        lambda part: _informative(part.batch, s),
+        groups=groups,
+        max_rounds=s.max_rounds,
+        world=s.world,
+    )
+    batch = _first_groups(concat_batches([r.batch for r in rounds.kept], pad_token_id=s.pad_token_id), groups)
     if s.max_rounds > 1:
-        stats["dynamic_sampling_rounds"] = float(rounds)
-        stats["dynamic_sampling_filled_groups"] = float(filled)
+        stats.update(rounds.stats())
     if s.overlong_filter:
         batch = batch.replace(loss_mask=batch.loss_mask & ~batch.truncated[:, None])
-    batch = with_reference_logprobs(batch, reference)
-    batch, local_rows, _ = gather_batch(s.world, batch, s.pad_token_id)
-    if s.overlong_filter:
-        stats["overlong_filtered_fraction"] = float(batch.truncated.float().mean())
-    aggregated = aggregate(batch, s)
-    scores = kl_penalised_scores(batch, aggregated.scores, kl_in_reward, stats)
-    batch, scores = with_advantages(batch, scores, s.advantage_fn, s.advantage_params, stats)
-    if batch.rewards.shape[1] > 1:
-        sequence_advantages = row_mean(batch.advantages, batch.policy_token_mask)
-        stats.update(objective_statistics(batch, aggregated, sequence_advantages, batch.reward_names))
-    return StepExperience(batch, scores, seconds, tokens, stats, local_rows=local_rows)
+        stats["overlong_filtered_fraction"] = _truncated_fraction(batch, s.world)
+    return ScoredExperience(
+        batch,
+        sum(r.seconds for r in rounds.played),
+        sum(r.tokens for r in rounds.played),
+        stats,
+    )
 
 
-def _count_groups(group_index: Tensor) -> int:
-    """The number of distinct groups among samples (a group may have lost samples no reward applies to)."""
-    return int(torch.unique(group_index).numel())
+def _truncated_fraction(batch: RolloutBatch, world: World) -> float:
+    """The fraction of the step's completions (over all ranks) that hit the length limit, in float32 as the
+    mean of a float32 tensor gives it."""
+    truncated, total = world.sum_floats(
+        [float(batch.truncated.sum()), float(batch.num_samples)], "rollout: overlong statistics"
+    )
+    return float(torch.tensor(truncated, dtype=torch.float32) / torch.tensor(total, dtype=torch.float32))
 
 
 def _informative(batch: RolloutBatch, s: ExperienceSettings) -> Tensor:
     """``bool [N]``: the sample's group carries signal under the reward aggregator (component-aware)."""
-    return informative_from_signal(aggregate(batch, s).signal, batch.group_index)
-
-
-def with_reference_logprobs(batch: RolloutBatch, reference: Callable[[RolloutBatch], Tensor] | None) -> RolloutBatch:
-    """The batch with its reference log-probs (when a reference policy is loaded)."""
-    return batch if reference is None else batch.replace(ref_logprobs=reference(batch))
-
-
-def kl_penalised_scores(
-    batch: RolloutBatch, scores: Tensor, kl_in_reward: KLInReward | None, stats: dict[str, float]
-) -> Tensor:
-    """With ``kl.placement: reward``, each sample's score minus ``β·Σ_t KL_t`` over its policy tokens
-    (environment tokens carry no KL); otherwise the scores unchanged."""
-    if kl_in_reward is None or batch.ref_logprobs is None:
-        return scores
-    mask = batch.policy_token_mask
-    per_token = kl_in_reward.estimator(batch.old_logprobs, batch.ref_logprobs) * mask
-    stats["kl_in_reward"] = float(per_token.sum() / mask.sum().clamp_min(1))
-    return scores - kl_in_reward.coef * per_token.sum(1)
-
-
-def with_advantages(
-    batch: RolloutBatch, scores: Tensor, fn: AdvantageFn, params: BaseModel, stats: dict[str, float]
-) -> tuple[RolloutBatch, Tensor]:
-    """The batch with the estimator's advantages; the estimator's statistics go to ``stats`` as ``advantage/*``,
-    its wall-clock seconds as ``advantage_seconds``."""
-    start = time.perf_counter()
-    out = run_estimator(fn, batch, scores, params)
-    stats["advantage_seconds"] = time.perf_counter() - start
-    stats.update({f"advantage/{k}": v for k, v in out.stats.items()})
-    return batch.replace(advantages=out.advantages), scores
+    return informative_from_signal(combined_objectives(batch, s).signal, batch.group_index)

@@ -8,9 +8,14 @@ the rollout engine's; their ratio ρ = π_train_old / π_rollout gives importanc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from grove.batch import RolloutBatch
 from grove.config.algorithm import RolloutCorrectionConfig
 from grove.core.importance_weights import masked_is_weights, truncated_is_weights
+from grove.pipeline.batch_stages import StageBatch, StageContext
+
+__all__ = ["RolloutCorrection", "apply_rollout_correction"]
 
 
 def apply_rollout_correction(batch: RolloutBatch, cfg: RolloutCorrectionConfig) -> tuple[RolloutBatch, dict[str, float]]:
@@ -32,3 +37,14 @@ def apply_rollout_correction(batch: RolloutBatch, cfg: RolloutCorrectionConfig) 
         "correction_zeroed_fraction": float(((weights == 0).float() * m).sum() / tokens),
     }
     return batch.replace(correction_weights=weights), stats
+
+
+@dataclass(frozen=True)
+class RolloutCorrection:
+    """The stage of ``algorithm.rollout_correction`` (this rank's rows; its statistics averaged over the ranks)."""
+
+    settings: RolloutCorrectionConfig
+
+    def __call__(self, batch: StageBatch, context: StageContext) -> StageBatch:
+        corrected, stats = apply_rollout_correction(batch.batch, self.settings)
+        return batch.with_batch(corrected, context.world.mean_over_ranks(stats, "update: correction statistics"))

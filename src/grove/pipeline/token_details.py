@@ -13,7 +13,8 @@ tokens D^3S token selection kept. One JSON object per sample::
 * ``row``: the sample's index in this rank's trained batch (after sample selection); ``sample_row``: its index in
   the step's collected batch (before selection: the order of ``samples.jsonl``'s completions); ``trajectory``: the
   batch's ``trajectory_index`` (an agent sample's ``trajectory_id`` in ``samples.jsonl``); ``turn``: the batch's
-  ``step_index`` (the agent turn, 0 single-turn); ``anchor``: ``anchor_index`` or null.
+  ``step_index`` (the agent turn, 0 single-turn); ``anchor``: the anchor group of the sample's one environment step
+  (per-step prompts), else null.
 * The lists have one entry per response token up to the last one that is not padding. ``tokens`` holds each
   token decoded alone. Environment tokens inside an agent's growing conversation have ``loss_mask`` 0 and log-prob
   and entropy 0 (the forward does not score them).
@@ -22,7 +23,7 @@ tokens D^3S token selection kept. One JSON object per sample::
   in the mode the trainer holds the model in before the update (eval: no dropout), so it draws no random numbers
   and leaves the run's training unchanged.
 * ``kept``: the loss mask the update trained the row on after D^3S token selection (``selection.tokens``), as the
-  update computed it (:class:`grove.pipeline.update.TrainedTokens`: with scope ``batch`` or ``micro_batch`` it
+  update computed it (:class:`grove.pipeline.update_totals.TrainedTokens`: with scope ``batch`` or ``micro_batch`` it
   depends on the other rows ranked with it, so only the update knows it); the first epoch's mask. null when token
   selection is off, or when the update did not run (a non-finite advantage skips it).
 * Every float is rounded to 4 significant digits (file size); NaN and infinities are null (a reward that does not
@@ -46,8 +47,9 @@ from torch import Tensor
 from grove.batch import RolloutBatch
 from grove.core.token_ops import row_mean
 from grove.infra.precision import autocast
-from grove.models.forward import response_logprobs
-from grove.pipeline.update import LossComponents, TrainedTokens
+from grove.models.logprob_module import response_logprobs
+from grove.pipeline.update import LossComponents
+from grove.pipeline.update_totals import TrainedTokens
 
 __all__ = [
     "SIGNIFICANT_DIGITS",
@@ -136,6 +138,17 @@ def _response_lengths(response_mask: Tensor) -> Tensor:
     return torch.where(present.any(1), last, torch.zeros_like(last))
 
 
+def _single_step_anchors(samples: RolloutBatch) -> list[int | None]:
+    """Each sample's anchor group (the step table's ``anchor``) when it holds exactly one environment step (per-step
+    prompts), else ``None`` (single-turn samples; a conversation's sample holds several steps with their own)."""
+    if samples.steps is None:
+        return [None] * samples.num_samples
+    steps = samples.steps
+    count = torch.bincount(steps.sample, minlength=samples.num_samples)
+    anchor = torch.full((samples.num_samples,), -1, dtype=torch.long).scatter(0, steps.sample, steps.anchor.long())
+    return [int(a) if c == 1 else None for a, c in zip(anchor.tolist(), count.tolist(), strict=True)]
+
+
 def token_details_records(
     step: int,
     rows: Tensor,
@@ -164,7 +177,7 @@ def token_details_records(
     rewards = _finite_or_none(round_significant(samples.rewards).flatten().tolist())
     k = len(samples.reward_names)
     sequence_advantage = _finite_or_none(round_significant(row_mean(samples.advantages, samples.loss_mask)).tolist())
-    anchors = samples.anchor_index.tolist() if samples.anchor_index is not None else [None] * samples.num_samples
+    anchors = _single_step_anchors(samples)
     records = []
     for i, (row, sample_row, group, trajectory, turn) in enumerate(
         zip(rows.tolist(), sample_rows.tolist(), samples.group_index.tolist(), samples.trajectory_index.tolist(),

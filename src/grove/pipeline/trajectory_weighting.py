@@ -16,12 +16,15 @@ per step of long episodes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from grove.batch import RolloutBatch
 from grove.core.segments import broadcast, dense_index, segment_count
+from grove.pipeline.batch_stages import StageBatch, StageContext
 
-__all__ = ["equal_trajectory_weights", "apply_trajectory_weighting"]
+__all__ = ["TrajectoryWeighting", "apply_trajectory_weighting", "equal_trajectory_weights"]
 
 
 def equal_trajectory_weights(trajectory_index: torch.Tensor) -> torch.Tensor:
@@ -36,3 +39,14 @@ def apply_trajectory_weighting(batch: RolloutBatch, mode: str) -> tuple[RolloutB
         return batch, {}
     weights = equal_trajectory_weights(batch.trajectory_index)
     return batch.replace(sample_weights=weights), {"trajectory_weight_max": float(weights.max())}
+
+
+@dataclass(frozen=True)
+class TrajectoryWeighting:
+    """The stage of ``algorithm.trajectory_weighting: per_trajectory`` (whole step)."""
+
+    mode: str = "per_trajectory"
+
+    def __call__(self, batch: StageBatch, context: StageContext) -> StageBatch:
+        weighted, stats = apply_trajectory_weighting(batch.batch, self.mode)
+        return batch.with_batch(weighted, stats)

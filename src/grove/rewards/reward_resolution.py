@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from grove.registry import REWARD_FUNCTIONS, import_callable
+from grove.registry import REWARD_FUNCTIONS, ScoresSeveralObjectives, import_callable
 from grove.rewards.reward_workers import RewardWorker, pickled_reward
 
 RewardFn = Callable[..., Sequence[float | None]]
@@ -261,7 +261,8 @@ def _own_objectives(fn: Any) -> tuple[str, ...] | None:
     """The objective names a reward declares itself: its params' ``objective_names()`` (registered rewards) or its
     ``objectives`` attribute (user functions); None for a single-objective reward."""
     params = getattr(fn, "params", None)
-    own = params.objective_names() if hasattr(params, "objective_names") else getattr(fn, "objectives", None)
+    several = isinstance(params, ScoresSeveralObjectives)
+    own = params.objective_names() if several else getattr(fn, "objectives", None)
     return tuple(own) if own else None
 
 

@@ -1,7 +1,7 @@
 """A batched sampling loop on a plain transformers causal LM with a :class:`DynamicCache` (no ``generate``).
 
 The ``B`` prompts are prefilled once each, identical ones once together (left-padded, ``position_ids =
-cumsum(mask) - 1``, the same positions :func:`grove.models.forward.policy_forward` uses; cached prefixes are
+cumsum(mask) - 1``, the same positions :func:`grove.models.padded_forward.policy_forward` uses; cached prefixes are
 reused, :mod:`grove.rollout.prefix_cache`), the cache is fanned out to ``n`` samples per prompt, and tokens
 are decoded step by step with one forward for all still-running rows. Finished rows are dropped from the
 cache and the batch, so they cost no further work. Randomness comes only from the

@@ -5,7 +5,7 @@ example's, shifted by that one token, and the advantages are 1, so the policy up
 terms are those of supervised fine-tuning. Every chat-templated example starts with the same token (ChatML's
 ``<|im_start|>``), so examples can share their prompt: with ``pack_length`` the examples with the same first token
 are put into bins (first-fit decreasing) and each bin becomes one group (``group_index``). The ``packed`` training
-forward (``train.forward: packed``, :func:`grove.models.forward.policy_forward_packed`) lays out each group as one
+forward (``train.forward: packed``, :func:`grove.models.packed_forward.policy_forward_packed`) lays out each group as one
 padding-free row, the shared first token once and then each member's tokens, with a block attention mask (a member
 sees the shared token and its own tokens only) and positions that restart after the shared token: the packing of
 short examples without cross-example attention (TRL's ``padding_free`` packing with per-example position ids), with

@@ -1,6 +1,6 @@
 """``grove export``: a grove checkpoint checked before it is written out as a plain transformers model.
 
-:func:`grove.models.lora.export_merged` loads and writes the model; a flipped byte inside the weights still loads,
+:func:`grove.models.merged_export.export_merged` loads and writes the model; a flipped byte inside the weights still loads,
 so a checkpoint's ``model/`` is first compared with its ``manifest.json`` and read the way a resume reads it
 (:mod:`grove.infra.checkpoint_integrity`). A damaged checkpoint is refused with a :class:`DamagedCheckpointError`
 naming the file and the newest earlier checkpoint of the run that is intact, and nothing is written.
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from grove.infra import checkpoint as ckpt
 from grove.infra.checkpoint_integrity import MODEL_DIR, manifest_mismatch, unloadable_file
-from grove.models.lora import ModelFilesError, export_merged
+from grove.models.merged_export import export_merged
+from grove.models.model_files import ModelFilesError
 
 __all__ = ["DamagedCheckpointError", "export_checkpoint"]
 
@@ -57,7 +58,7 @@ def _refusal(checkpoint: Path, problem: str, out_dir: Path) -> DamagedCheckpoint
 
 def export_checkpoint(checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Check a grove checkpoint (``RUN/checkpoints/step-N`` or its ``model/``), then write it to ``out_dir`` as a
-    plain transformers model (:func:`grove.models.lora.export_merged`). Raises :class:`DamagedCheckpointError`
+    plain transformers model (:func:`grove.models.merged_export.export_merged`). Raises :class:`DamagedCheckpointError`
     (a ``ValueError``) without writing anything when a file of its ``model/`` is damaged."""
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     root = _checkpoint_root(checkpoint_dir)

@@ -33,9 +33,8 @@ from grove.distributed.strategies import Strategy, shard_fully, wrap_for_trainin
 from grove.distributed.world import World
 from grove.infra import checkpoint as ckpt
 from grove.models.compiled_layers import CompileUnavailable, compile_decoder_layers
-from grove.models.forward import response_logprobs
 from grove.models.initial_weights import policy_source
-from grove.models.logprob_module import ResponseLogprobModule
+from grove.models.logprob_module import ResponseLogprobModule, response_logprobs
 from grove.models.lora import adapters_disabled, apply_lora, load_adapter_weights, save_adapter
 from grove.models.pretrained import load_policy
 from grove.rollout.generation_weights import GenerationWeights

@@ -1,7 +1,7 @@
 """The checks a run passes before its model loads: everything a config names that can be resolved without the
 model's weights.
 
-Schema validation (:func:`grove.config.load_config`) already checks types, ranges and registered components. What
+Loading a config (:func:`grove.resolve.load_config`) already checks types, ranges and registered components. What
 it cannot see without importing or building user code is checked here, by the same code the run uses, so that a
 mistake costs seconds rather than a model load and comes out as one ``error:`` line naming the key:
 

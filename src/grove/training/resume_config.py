@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grove.config import ConfigError, GroveConfig, dump_config, load_config
+from grove.atomic_files import write_text_atomic
+from grove.config import ConfigError, GroveConfig, dump_config
 from grove.infra.write_failures import reporting_write_failures
+from grove.resolve import load_config
 
 __all__ = ["RESUMABLE_CHANGES", "ConfigChange", "ResumeConfigError", "check_resumed_config", "record_config_changes"]
 
@@ -180,7 +182,5 @@ def record_config_changes(cfg: GroveConfig, run_dir: Path, step: int, changes: l
             "warning: resuming %s at step %d with a changed config: %s (recorded in %s)",
             run_dir, step, "; ".join(c.describe() for c in changes), run_dir / CHANGES_FILE,
         )
-    tmp = path.with_name(f".{CONFIG_FILE}.tmp")
     with reporting_write_failures(path, "the run's config", hint):
-        tmp.write_text(dump_config(cfg))
-        tmp.replace(path)
+        write_text_atomic(path, dump_config(cfg))

@@ -34,11 +34,12 @@ from grove.infra.precision import autocast
 from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
 from grove.infra.runtime import configure_runtime
-from grove.models.lora import export_merged
+from grove.models.merged_export import export_merged
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
+from grove.resolve import check_config
 from grove.rollout.engine import context_length
-from grove.rollout.hf_engine import TransformersEngine
+from grove.rollout_engines import build_rollout_engine
 from grove.sft.batches import sft_batch
 from grove.sft.data import SftExample
 from grove.sft.splits import load_splits
@@ -89,7 +90,7 @@ class SftTrainer:
             raise ConfigError(
                 "grove sft needs an `sft` section naming its data, e.g. sft: {data: [demos.jsonl]} (docs/warm-start.md)"
             )
-        self.cfg, self.run_dir, self.sft = cfg, run_dir, cfg.sft
+        self.cfg, self.run_dir, self.sft = check_config(cfg), run_dir, cfg.sft
         self.world = world or init_world(cfg.distributed.timeout_seconds, cfg.distributed.device)
         if self.sft.batch_size < self.world.size:
             raise ConfigError(
@@ -112,7 +113,7 @@ class SftTrainer:
         self.loss_parts = LossComponents(
             policy_loss=POLICY_LOSSES.get("nll"),
             policy_params=NoParams(),
-            aggregate=LOSS_AGGREGATIONS.get("token_mean"),
+            loss_aggregation=LOSS_AGGREGATIONS.get("token_mean"),
             kl_estimator=None,
             temperature=1.0,
             max_response_length=self.max_length,
@@ -145,10 +146,7 @@ class SftTrainer:
         """The held-out evaluation of the config's ``env`` or ``task`` (rank 0), or ``None``."""
         if not self.evaluating or not self.world.is_main:
             return None
-        engine = TransformersEngine(
-            self.models.generation_model, self.tokenizer, reuse_prefixes=self.cfg.rollout.prefix_reuse,
-            exact_top_logits=self.cfg.rollout.exact_top_logits,
-        )
+        engine = build_rollout_engine(self.cfg.rollout, self.models.generation_model, self.tokenizer)
         return build_experience_source(SourceContext.for_evaluation(self.cfg, engine, self.tokenizer))
 
     # ------------------------------------------------------------------ evaluation

@@ -1,10 +1,10 @@
 """The training loop.
 
-    sample prompts → G completions each → rewards → advantages
-      → μ epochs × mini-batches × micro-batches of the policy loss → clip → AdamW → metrics
-      → periodic evaluation and checkpoint
+    collect (the source's scored experience) → credit (advantages) → stages (D^3S rollouts, trajectory weights,
+      old log-probs, rollout correction) → update (μ epochs × mini-batches × micro-batches of the policy loss,
+      clip, AdamW) → metrics → periodic evaluation and checkpoint
 
-Every algorithm choice is a registry lookup resolved once in :func:`resolve_loss_components`; the
+Every algorithm choice is a registry lookup resolved once (:func:`grove.resolve.resolve_components`); the
 loop itself has no per-algorithm branches. Under ``torchrun`` every rank runs this same loop on its share of
 the step's groups (:mod:`grove.distributed`); the step's batch is gathered before advantages, the update
 reduces gradients across ranks, and rank 0 alone writes logs, evaluations and checkpoints.
@@ -22,10 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import grove.builtin_components  # noqa: F401
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig
-from grove.config.derived import generates_from_bf16_copy, zero_advantage_skip_blocker
+from grove.config.derived import generates_from_bf16_copy
 from grove.distributed.world import World, derived_seed, init_world
 from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import describe_sampled
@@ -35,16 +34,15 @@ from grove.infra.precision import autocast, slow_bf16_warning
 from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
 from grove.infra.runtime import configure_runtime, release_host_memory
+from grove.pipeline.batch_stages import StageBatch, StageContext
 from grove.pipeline.coefficients import EntropyController, KLController
-from grove.pipeline.collect import KLInReward
-from grove.pipeline.downsampling import SampleSelection, TokenSelection, select_rollouts
-from grove.pipeline.rollout_correction import apply_rollout_correction
+from grove.pipeline.credit import CreditAssignment, KLInReward
+from grove.pipeline.downsampling import keep_ratio_at
 from grove.pipeline.step_metrics import step_metrics
 from grove.pipeline.token_details import TokenDetailsRecorder
-from grove.pipeline.trajectory_weighting import apply_trajectory_weighting
-from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
-from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
-from grove.rollout.hf_engine import TransformersEngine
+from grove.pipeline.update import Coefficients, UpdateSchedule, policy_update
+from grove.resolve import check_config, resolve_components
+from grove.rollout_engines import build_rollout_engine
 from grove.training.nonfinite_guard import NonFiniteGuard, nonfinite_advantage_trajectories
 from grove.training.optim import build_optimizer
 from grove.training.policy_models import build_policy_models
@@ -67,24 +65,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
-    a = cfg.algorithm
-    return LossComponents(
-        policy_loss=POLICY_LOSSES.get(a.policy_loss.id),
-        policy_params=a.policy_loss.validated(POLICY_LOSSES),
-        aggregate=LOSS_AGGREGATIONS.get(a.aggregation),
-        kl_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.coef > 0 and a.kl.placement == "loss" else None,
-        temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
-        max_response_length=cfg.rollout.max_new_tokens,
-        logit_cache_bytes=int(cfg.train.logit_cache_mb * 2**20),
-        forward=cfg.train.forward,
-        precision=cfg.train.precision,
-        token_selection=TokenSelection(cfg.selection.tokens.scope) if cfg.selection.tokens is not None else None,
-        sequence_count=a.sequence_count,
-        skip_zero_advantage=zero_advantage_skip_blocker(cfg) is None,
-    )
-
-
 @dataclass
 class TrainSummary:
     run_dir: Path
@@ -104,6 +84,7 @@ class Trainer:
                 f"train.prompts_per_step ({cfg.train.prompts_per_step}) is smaller than the number of processes "
                 f"({self.world.size}); each rank needs at least one prompt group: raise it or launch fewer processes"
             )
+        check_config(cfg)  # a config built in code gets the checks a loaded one had
         preflight(cfg)  # user code and model names resolve before anything is written or loaded
         start = prepare_run_dir(cfg, run_dir, self.world, resume)
         self.resume_from = start.checkpoint
@@ -113,29 +94,27 @@ class Trainer:
             log.warning("warning: %s", slow_bf16)
         seed_everything(cfg.seed)
 
-        self.loss_parts = resolve_loss_components(cfg)
+        self.components = resolve_components(cfg)
+        self.loss_parts = self.components.loss
         self.models = build_policy_models(cfg, self.world, self.resume_from)
         self.model, self.tokenizer = self.models.train_module, self.models.tokenizer
-        self.engine = TransformersEngine(
-            self.models.generation_model, self.tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse,
-            exact_top_logits=cfg.rollout.exact_top_logits,
-        )
+        self.engine = build_rollout_engine(cfg.rollout, self.models.generation_model, self.tokenizer)
         a = cfg.algorithm
         self.generator = torch.Generator().manual_seed(derived_seed(cfg.seed, self.world.rank))
-        self.advantage_fn = ADVANTAGE_ESTIMATORS.get(a.advantage.id)
-        self.advantage_params = a.advantage.validated(ADVANTAGE_ESTIMATORS)
         self.source = build_experience_source(
-            SourceContext(
-                cfg=cfg,
-                engine=self.engine,
-                tokenizer=self.tokenizer,
-                generator=self.generator,
-                advantage_fn=self.advantage_fn,
-                advantage_params=self.advantage_params,
-                reference=self.models.reference_logprobs(self.loss_parts.forward, self.loss_parts.temperature),
-                kl_in_reward=self._kl_in_reward,
-                world=self.world,
-            )
+            SourceContext(cfg=cfg, engine=self.engine, tokenizer=self.tokenizer, generator=self.generator,
+                          world=self.world)
+        )
+        self.credit = CreditAssignment(
+            advantage_fn=self.components.advantage_fn,
+            advantage_params=self.components.advantage_params,
+            aggregator=self.components.aggregator,
+            aggregator_params=self.components.aggregator_params,
+            reference=self.models.reference_logprobs(self.loss_parts.forward, self.loss_parts.temperature),
+            kl_in_reward=self._kl_in_reward,
+            world=self.world,
+            pad_token_id=self.engine.pad_token_id,
+            samples_per_step=cfg.logging.samples_per_step,
         )
         self.kl_controller = KLController(a.kl.coef, a.kl.adaptive, a.kl.target, a.kl.horizon)
         self.entropy_controller = EntropyController(
@@ -199,45 +178,27 @@ class Trainer:
         return self.models.logprobs(model, batch, self.loss_parts.forward, self.loss_parts.temperature)
 
     def _kl_in_reward(self) -> KLInReward | None:
-        kl = self.cfg.algorithm.kl
-        if kl.placement != "reward":
-            return None
-        return KLInReward(KL_ESTIMATORS.get(kl.estimator), self.kl_controller.coef)
+        estimator = self.components.kl_in_reward_estimator
+        return None if estimator is None else KLInReward(estimator, self.kl_controller.coef)
 
-    def _keep_ratio(self, selection) -> float:
-        """This step's D^3S keep ratio (1.0 when that selection is off); schedules count steps from 0."""
-        return 1.0 if selection is None else selection.ratio.at(self.step - 1, self.cfg.train.steps)
-
-    def _select_rollouts(self, exp) -> tuple[RolloutBatch, torch.Tensor, dict[str, float]]:
-        """D^3S sample-level down-sampling (``selection.samples``) over the whole step's batch: the rollouts the
-        update trains on, and their rows in ``exp.batch``."""
-        samples = self.cfg.selection.samples
-        if samples is None:
-            return exp.batch, torch.arange(exp.batch.num_samples), {}
-        selection = SampleSelection(samples.scope, samples.advantages == "recompute", samples.min_per_group)
-        selected = select_rollouts(
-            exp.batch,
-            exp.scores,
-            selection,
-            self._keep_ratio(samples),
-            self.advantage_fn,
-            self.advantage_params,
-        )
-        return selected.batch, selected.rows, selected.metrics
-
-    def _own_rows(
-        self, batch: RolloutBatch, rows: torch.Tensor, local_rows: torch.Tensor | None
-    ) -> tuple[RolloutBatch, torch.Tensor]:
-        """The part of the step's (selected) batch this rank generated and trains on, and its rows in ``exp.batch``."""
+    def _own_rows(self, staged: StageBatch, local_rows: torch.Tensor | None) -> StageBatch:
+        """The part of the step's (selected) batch this rank generated and trains on."""
         if local_rows is None or not self.world.distributed:
-            return batch, rows
-        own = torch.isin(rows, local_rows).nonzero().flatten()
+            return staged
+        own = torch.isin(staged.rows, local_rows).nonzero().flatten()
         if own.numel() == 0:
             raise RuntimeError(
                 f"{self.world.label}: sample selection kept none of this rank's rollouts; raise "
                 "selection.samples.ratio or min_per_group, or use selection.samples.scope: group"
             )
-        return batch.select(own), rows[own]
+        return staged.select(own)
+
+    def _stage_context(self) -> StageContext:
+        def old_logprobs(batch: RolloutBatch) -> torch.Tensor:
+            with autocast(self.cfg.train.precision, self.world.device):
+                return self._logprobs(self.model, batch)
+
+        return StageContext(self.step, self.cfg.train.steps, self.world, old_logprobs)
 
     def train_step(self) -> dict[str, float]:
         cfg = self.cfg
@@ -245,26 +206,24 @@ class Trainer:
         self.model.eval()
         kl = cfg.algorithm.kl
         with autocast(cfg.train.precision, self.world.device):
-            exp = self.source.collect(self.step)
+            exp = self.credit(self.source.collect(self.step))
         fault_points.reached("generation", self.step)
         self.models.release_generation_weights()  # the update runs without the generation copy
         release_host_memory()  # generation's freed KV cache goes back to the OS before the update
-        batch, kept_rows, selection_stats = self._select_rollouts(exp)
-        batch, weighting_stats = apply_trajectory_weighting(batch, cfg.algorithm.trajectory_weighting)
-        trained_samples = batch.num_samples  # over all ranks
-        nonfinite_advantages = nonfinite_advantage_trajectories(batch)
-        batch, source_rows = self._own_rows(batch, kept_rows, exp.local_rows)
+        stages, context = self.components.stages, self._stage_context()
+        staged = stages.run_whole_step(StageBatch.of(exp), context)  # D^3S's rollouts, trajectory weights
+        trained_samples = staged.batch.num_samples  # over all ranks
+        nonfinite_advantages = nonfinite_advantage_trajectories(staged.batch)
+        staged = self._own_rows(staged, exp.local_rows)
         t_train = time.perf_counter()
-        if self.schedule.recompute_old_logprobs:
-            with autocast(cfg.train.precision, self.world.device):
-                old = self._logprobs(self.model, batch)
-            batch = batch.replace(old_logprobs=old, rollout_logprobs=batch.old_logprobs)
-        batch, correction_stats = apply_rollout_correction(batch, cfg.algorithm.rollout_correction)
-        correction_stats = self.world.mean_over_ranks(correction_stats, "update: correction statistics")
+        staged = stages.run_this_rank(staged, context)  # old log-probs recomputed, rollout correction
+        batch, source_rows = staged.batch, staged.rows
         coefs = Coefficients(
             kl=self.kl_controller.coef if kl.placement == "loss" else 0.0,
             entropy=self.entropy_controller.active_coef(),
-            token_keep_ratio=self._keep_ratio(cfg.selection.tokens),
+            token_keep_ratio=keep_ratio_at(
+                cfg.selection.tokens.ratio if cfg.selection.tokens else None, self.step, cfg.train.steps
+            ),
         )
         token_details = self.token_details.capture(self.step, self.model, batch, source_rows)  # before the update
         if nonfinite_advantages:  # the guard of docs/reliability.md: no update from these advantages
@@ -287,9 +246,7 @@ class Trainer:
         metrics = step_metrics(exp, exp.batch, accuracy_reward=self.cfg.accuracy_reward_name)  # all rollouts
         metrics.update(update)
         metrics.update(exp.stats)
-        metrics.update(selection_stats)
-        metrics.update(correction_stats)
-        metrics.update(weighting_stats)
+        metrics.update(staged.stats)
         metrics["nonfinite_advantage_samples"] = float(len(nonfinite_advantages))
         metrics.update(
             {

@@ -129,7 +129,7 @@ class GiGPOParams(EpisodeGRPOParams):
 def _rewards(steps: StepTable, penalty: Penalty, score: EpisodeScore = "return") -> tuple[Tensor, Tensor]:
     """The rewards that are discounted and summed (the outcomes with ``score="outcome"``), and the penalty left to
     subtract afterwards (float64)."""
-    reward = (steps.outcome if score == "outcome" else steps.reward).to(torch.float64)
+    reward = (steps.column("outcome") if score == "outcome" else steps.reward).to(torch.float64)
     charge = steps.penalty.to(torch.float64)
     if penalty == "in_reward":
         return reward - charge, torch.zeros_like(charge)
@@ -143,7 +143,7 @@ def step_episode_scores(
 
     ``after_returns`` (verl-agent): ``sum_k r_k - p_t``, the step's own penalty only. ``in_reward``:
     ``sum_k (r_k - p_k)``, every penalty of the trajectory, the same for all its steps. With
-    ``score="outcome"`` the reported outcomes ``o_k`` (``steps.outcome``) take the place of the rewards.
+    ``score="outcome"`` the reported outcomes ``o_k`` (the step table's ``outcome`` column) take the place of the rewards.
     """
     reward, charge = _rewards(steps, penalty, score)
     trajectory, num = dense_index(steps.trajectory)
@@ -209,6 +209,7 @@ def step_advantages(
     paper=papers.GIGPO,
     summary="Episode-level group advantage plus anchor-state step-level advantage of discounted returns (agents).",
     requires=("steps",),
+    step_columns=("outcome",),  # read with episode_score: outcome
     formula=(
         "A_t = (s_t - mean_g) [/ (std_g + eps)] + omega (R_t - mean_a) [/ (std_a + eps)], "
         "s_t = sum_k r_k - p_t, R_t = r_t + gamma R_{t+1} - p_t, a = anchor group of step t"
@@ -233,6 +234,7 @@ def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> Advantage
     paper=papers.GIGPO,
     summary="GiGPO's episode-level advantage alone: GRPO over the trajectories of an env group (agents).",
     requires=("steps", "groups"),
+    step_columns=("outcome",),  # read with episode_score: outcome
     formula="A_t = (s_t - mean_g) [/ (std_g + eps)], s_t = sum_k r_k - p_t (= gigpo with omega = 0)",
     reference="verl-agent gigpo/core_gigpo.py::episode_norm_reward (796ed31)",
 )

@@ -104,9 +104,9 @@ def step_type_ordinal(steps: StepTable) -> Tensor:
     if n == 0:
         return torch.zeros(0, dtype=torch.long)
     order = torch.argsort(steps.index, stable=True)
-    order = order[torch.argsort(steps.kind[order], stable=True)]
+    order = order[torch.argsort(steps.column("kind")[order], stable=True)]
     order = order[torch.argsort(steps.trajectory[order], stable=True)]
-    traj, kind = steps.trajectory[order], steps.kind[order]
+    traj, kind = steps.trajectory[order], steps.column("kind")[order]
     starts = torch.ones(n, dtype=torch.bool)
     starts[1:] = (traj[1:] != traj[:-1]) | (kind[1:] != kind[:-1])
     position = torch.arange(n)
@@ -123,9 +123,9 @@ def corresponding_steps(steps: StepTable, grouping: Grouping) -> tuple[Tensor, i
     elif grouping == "index":
         columns = [steps.group, steps.index]
     elif grouping == "type":
-        columns = [steps.group, steps.kind]
+        columns = [steps.group, steps.column("kind")]
     else:
-        columns = [steps.group, steps.kind, step_type_ordinal(steps)]
+        columns = [steps.group, steps.column("kind"), step_type_ordinal(steps)]
     if steps.num_steps == 0:
         return torch.zeros(0, dtype=torch.long), 0
     keys = torch.stack([c.to(torch.long) for c in columns], dim=1)
@@ -146,6 +146,7 @@ def _step_values(steps: StepTable, params: StepGRPOParams) -> Tensor:
     summary="Step-GRPO: each step's own reward normalised over the corresponding steps of the G trajectories "
     "(step type and rank, turn number or anchor state), optionally plus the episode advantage (agents).",
     requires=("steps",),
+    step_columns=("kind",),
     formula="A_t = (v_t - mean_c) / (std_c + eps) + w A^E_t, v_t = r_t - p_t, c = corresponding steps of t in its env group",
     reference="R1-Router (Step-GRPO); grouping of corresponding steps is our documented choice (docs/step-grpo.md)",
 )

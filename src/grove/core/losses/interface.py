@@ -27,7 +27,7 @@ from torch import Tensor
 LOG_RATIO_CLAMP = 20.0
 
 _PER_TOKEN = ("logprobs", "old_logprobs", "advantages", "loss_mask", "ref_logprobs", "rollout_logprobs", "entropy")
-_PER_SAMPLE = ("group_index", "trajectory_index", "step_index", "anchor_index")
+_PER_SAMPLE = ("group_index", "trajectory_index", "step_index")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class PolicyLossInput:
       or the loss registers ``requires=("ref_logprobs",)``);
     * ``rollout_logprobs``: the rollout engine's log-probs of the sampled tokens;
     * ``entropy``: the policy's per-token entropy from the training forward (carries the gradient);
-    * ``group_index``, ``trajectory_index``, ``step_index``, ``anchor_index``: the batch hierarchy.
+    * ``group_index``, ``trajectory_index``, ``step_index``: the batch hierarchy.
     """
 
     logprobs: Tensor
@@ -61,7 +61,6 @@ class PolicyLossInput:
     group_index: Tensor | None = None
     trajectory_index: Tensor | None = None
     step_index: Tensor | None = None
-    anchor_index: Tensor | None = None
 
     def __post_init__(self) -> None:
         shape = self.logprobs.shape

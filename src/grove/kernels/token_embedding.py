@@ -8,7 +8,7 @@ sample computed) took 11.51 instead of 12.38 s on the 2-core CPU, unprofiled and
 issue 16); bf16 was unchanged.
 
 :func:`embed_tokens` returns the same rows (``weight[ids]``), and inside
-:func:`grove.core.output_projection.accumulating_weight_gradient_in_place` (the single-process update opens it;
+:func:`grove.kernels.output_projection.accumulating_weight_gradient_in_place` (the single-process update opens it;
 the output projection's weight gradient goes the same way) its backward adds each row's gradient straight into
 ``weight.grad`` (``index_add_``, in index order) and hands autograd ``None`` for the weight: no ``[V, H]`` buffer is
 filled or added. ``weight.grad`` receives the same sum in a different order of float additions. Rows looked up at
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from grove.core.output_projection import writes_weight_gradient_in_place
+from grove.kernels.output_projection import writes_weight_gradient_in_place
 
 __all__ = ["embed_tokens"]
 

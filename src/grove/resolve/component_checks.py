@@ -1,60 +1,47 @@
-"""Checks that span several fields or sections of the config, run when a :class:`GroveConfig` is validated.
+"""The checks of a config against the registries and the user's code, run when a config is resolved for a run.
 
-Each raises ``ValueError`` with a message that names the key (``algorithm.rollout_correction``, …) and
-says how to fix it; pydantic reports it under the config's top level and
-:func:`grove.config.loading.format_validation_error` prints it as it is.
+Which components exist, what parameters each takes and what each requires (an estimator that compares a group, a
+source with environment steps, a greedy baseline) is only known once the built-in components are registered and
+``imports`` are imported; :func:`check_components` runs those checks. Each raises ``ValueError`` with a message that names the key and says how to fix it.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
+import grove.builtin_components  # noqa: F401  (registers every built-in component)
+from grove.config import GroveConfig
 from grove.config.components import ComponentSpec, check_component
+from grove.config.reward_columns import reward_column_names
+from grove.registry import (
+    ACTION_PARSERS,
+    ADVANTAGE_ESTIMATORS,
+    ENVIRONMENTS,
+    EXPERIENCE_SOURCES,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    POLICY_LOSSES,
+    REWARD_AGGREGATORS,
+    REWARD_FUNCTIONS,
+    ROLLOUT_ENGINES,
+    STEP_ANNOTATORS,
+    MayProduceAdvantages,
+    NeedsLargerGroups,
+)
+from grove.tasks.task import TASKS
 
-if TYPE_CHECKING:
-    from grove.config.schema import GroveConfig
-
-__all__ = ["validate_config"]
+__all__ = ["check_components"]
 
 
-def validate_config(cfg: GroveConfig) -> None:
-    """Import ``cfg.imports``, check every component block against its registry, then the cross-field rules."""
-    import grove.builtin_components  # noqa: F401  (registers every built-in component)
-
+def check_components(cfg: GroveConfig) -> None:
+    """Import ``cfg.imports``, check every component block against its registry, then the rules that depend on
+    what the components require."""
     _import_user_modules(cfg.imports)
     _check_algorithm_components(cfg)
     _check_rewards(cfg)
     _check_reward_aggregation(cfg)
-    _check_stages(cfg)
+    _check_group_sizes(cfg)
     _check_experience_source(cfg)
-    _check_optimizer_state(cfg)
-    _check_sampled_evaluation(cfg)
-    _resolve_precision(cfg)
-
-
-def _check_sampled_evaluation(cfg: GroveConfig) -> None:
-    if cfg.eval.samples and cfg.sampled_eval_temperature == 0:
-        raise ValueError(
-            f"eval.samples: {cfg.eval.samples} sampled completions per item need a temperature above 0, and "
-            "rollout.temperature is 0 (greedy); set eval.temperature (for example 1.0), or eval.samples: 0"
-        )
-
-
-def _resolve_precision(cfg: GroveConfig) -> None:
-    """``train.precision: auto`` becomes ``bf16`` where the run's device multiplies bfloat16 natively (a GPU from
-    Ampere on; a CPU with AVX512-BF16, AMX or Arm BF16) and ``fp32`` elsewhere, where bf16 products run on a reference
-    loop many times slower (:func:`grove.infra.precision.native_bf16_products`). The resolved value is what the run
-    records in its ``config.yaml``."""
-    if cfg.train.precision != "auto":
-        return
-    import torch
-
-    from grove.infra.precision import native_bf16_products
-
-    device = cfg.distributed.device
-    on_gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    cfg.train.precision = "bf16" if native_bf16_products("cuda" if on_gpu else "cpu") else "fp32"
 
 
 def _import_user_modules(modules: list[str]) -> None:
@@ -69,9 +56,6 @@ def _import_user_modules(modules: list[str]) -> None:
 
 
 def _check_algorithm_components(cfg: GroveConfig) -> None:
-    from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
-    from grove.tasks.task import TASKS
-
     check_component(cfg.algorithm.advantage, ADVANTAGE_ESTIMATORS, "algorithm.advantage")
     check_component(cfg.algorithm.policy_loss, POLICY_LOSSES, "algorithm.policy_loss")
     check_component(cfg.task, TASKS, "task")
@@ -79,6 +63,10 @@ def _check_algorithm_components(cfg: GroveConfig) -> None:
         raise ValueError(
             f"algorithm.aggregation: unknown mode {cfg.algorithm.aggregation!r}; "
             f"allowed: {', '.join(LOSS_AGGREGATIONS.ids())}"
+        )
+    if cfg.rollout.engine not in ROLLOUT_ENGINES:
+        raise ValueError(
+            f"rollout.engine: unknown engine {cfg.rollout.engine!r}; allowed: {', '.join(ROLLOUT_ENGINES.ids())}"
         )
     if cfg.algorithm.kl.estimator not in KL_ESTIMATORS:
         raise ValueError(
@@ -88,8 +76,6 @@ def _check_algorithm_components(cfg: GroveConfig) -> None:
 
 
 def _check_rewards(cfg: GroveConfig) -> None:
-    from grove.registry import REWARD_FUNCTIONS
-
     if not cfg.rewards:
         raise ValueError("rewards: at least one reward function is required")
     names = [r.display_name for r in cfg.rewards]
@@ -121,27 +107,7 @@ def _check_rewards(cfg: GroveConfig) -> None:
         )
 
 
-def reward_column_names(reward) -> tuple[str, ...]:
-    """The reward-matrix columns a ``rewards:`` block fills: its declared ``objectives``, a registered reward's
-    ``objective_names()``, a user function's ``objectives`` attribute, else its display name."""
-    from grove.registry import REWARD_FUNCTIONS, import_callable
-
-    if reward.objectives:
-        return tuple(reward.objectives)
-    if ":" in reward.id:
-        try:
-            own = getattr(import_callable(reward.id, "reward"), "objectives", None)
-        except Exception:  # noqa: BLE001 - reported when the reward is resolved for the run
-            own = None
-    else:
-        params = reward.validated(REWARD_FUNCTIONS)
-        own = params.objective_names() if hasattr(params, "objective_names") else None
-    return tuple(own) if own else (reward.display_name,)
-
-
 def _check_reward_aggregation(cfg: GroveConfig) -> None:
-    from grove.registry import ADVANTAGE_ESTIMATORS, REWARD_AGGREGATORS
-
     spec = cfg.algorithm.reward_aggregation
     try:
         check_component(spec, REWARD_AGGREGATORS, "algorithm.reward_aggregation")
@@ -154,7 +120,8 @@ def _check_reward_aggregation(cfg: GroveConfig) -> None:
         )
     params = spec.validated(REWARD_AGGREGATORS)
     estimator = cfg.algorithm.advantage.id
-    if getattr(params, "produces_advantages", lambda: False)() and estimator != "score_as_advantage":
+    produces = REWARD_AGGREGATORS.entry(spec.id).declares(MayProduceAdvantages) and params.produces_advantages()
+    if produces and estimator != "score_as_advantage":
         raise ValueError(
             f"algorithm.reward_aggregation: {spec.id!r} with these settings already returns normalised advantages; "
             f"the estimator {estimator!r} would normalise them a second time. Set algorithm.advantage.id: "
@@ -170,22 +137,7 @@ def _check_reward_aggregation(cfg: GroveConfig) -> None:
         )
 
 
-def _check_stages(cfg: GroveConfig) -> None:
-    from grove.registry import ADVANTAGE_ESTIMATORS
-
-    correction = cfg.algorithm.rollout_correction
-    if correction.mode != "none" and cfg.train.old_logprobs != "recompute":
-        raise ValueError(
-            "algorithm.rollout_correction needs the training engine's old log-probs: set train.old_logprobs: recompute"
-        )
-    if correction.lower is not None and correction.mode != "mask":
-        raise ValueError("algorithm.rollout_correction.lower applies to mode: mask only")
-    cache = cfg.algorithm.overlong.cache_tokens
-    if cache is not None and cache > cfg.rollout.max_new_tokens:
-        raise ValueError(
-            f"algorithm.overlong.cache_tokens ({cache}) must not exceed rollout.max_new_tokens "
-            f"({cfg.rollout.max_new_tokens})"
-        )
+def _check_group_sizes(cfg: GroveConfig) -> None:
     estimator = cfg.algorithm.advantage.id
     if cfg.train.completions_per_prompt < 2 and "groups" in ADVANTAGE_ESTIMATORS.entry(estimator).requires:
         raise ValueError(
@@ -195,26 +147,17 @@ def _check_stages(cfg: GroveConfig) -> None:
             "train.completions_per_prompt >= 2, or choose an estimator that needs no group (reinforce_pp, remax)"
         )
     params = cfg.algorithm.advantage.validated(ADVANTAGE_ESTIMATORS)
-    smallest = params.min_group_size() if hasattr(params, "min_group_size") else 1
+    entry = ADVANTAGE_ESTIMATORS.entry(estimator)
+    smallest = params.min_group_size() if entry.declares(NeedsLargerGroups) else 1
     if cfg.train.completions_per_prompt < smallest:
         raise ValueError(
             f"train.completions_per_prompt ({cfg.train.completions_per_prompt}) is smaller than the groups "
             f"algorithm.advantage {estimator!r} takes with these parameters (at least {smallest}); raise it, or lower "
             f"the estimator's parameter (e.g. k)"
         )
-    if cfg.algorithm.dynamic_sampling.enabled and cfg.train.completions_per_prompt < 2:
-        raise ValueError("algorithm.dynamic_sampling needs train.completions_per_prompt >= 2 (a group's variance)")
-    t = cfg.train
-    if cfg.source_id == "completions" and t.completions_per_step % t.mini_batches:
-        raise ValueError(
-            f"train.mini_batches: {t.completions_per_step} completions per step "
-            f"(prompts_per_step × completions_per_prompt) do not split into {t.mini_batches} equal mini-batches"
-        )
 
 
 def _check_experience_source(cfg: GroveConfig) -> None:
-    from grove.registry import ACTION_PARSERS, ADVANTAGE_ESTIMATORS, ENVIRONMENTS, EXPERIENCE_SOURCES
-
     if cfg.experience_source != "auto" and cfg.experience_source not in EXPERIENCE_SOURCES:
         raise ValueError(
             f"experience_source: unknown source {cfg.experience_source!r}; allowed: auto, "
@@ -228,6 +171,12 @@ def _check_experience_source(cfg: GroveConfig) -> None:
                 "(multi-turn episodes) or choose an outcome estimator such as grpo"
             )
         return
+    missing = sorted(ADVANTAGE_ESTIMATORS.entry(cfg.algorithm.advantage.id).step_columns - set(STEP_ANNOTATORS.ids()))
+    if missing:
+        raise ValueError(
+            f"algorithm.advantage: {cfg.algorithm.advantage.id!r} reads the step-table columns {missing}, which no step "
+            f"annotator produces (registered: {', '.join(STEP_ANNOTATORS.ids())}); register one in STEP_ANNOTATORS"
+        )
     e = cfg.env
     if e is None:
         raise ValueError("experience_source: environment needs an `env` section (env.id, env.params, ...)")
@@ -258,13 +207,4 @@ def _check_experience_source(cfg: GroveConfig) -> None:
         raise ValueError(
             "algorithm.kl.placement: reward changes sample scores, which step estimators do not read; use "
             "kl.placement: loss with environment steps"
-        )
-
-
-def _check_optimizer_state(cfg: GroveConfig) -> None:
-    if cfg.optim.state_dtype == "bf16" and cfg.distributed.strategy == "fsdp2":
-        raise ValueError(
-            "optim.state_dtype: bf16 stores whole-parameter bfloat16 moments and does not support "
-            "distributed.strategy: fsdp2 (sharded parameters); use optim.state_dtype: fp32 with fsdp2, "
-            "or distributed.strategy: ddp"
         )

@@ -140,7 +140,7 @@ _in_place_weight_gradients = False
 @contextmanager
 def accumulating_weight_gradient_in_place() -> Iterator[None]:
     """Within the block, the backward of :func:`token_logprobs_and_entropy` (and of the input embedding,
-    :func:`grove.core.token_embedding.embed_tokens`) adds a leaf weight's gradient into ``weight.grad`` itself
+    :func:`grove.kernels.token_embedding.embed_tokens`) adds a leaf weight's gradient into ``weight.grad`` itself
     (allocated as zeros when it is ``None``) instead of returning it to autograd.
 
     For one process only: autograd then delivers ``None`` for this part of the gradient (a tensor hook on the
@@ -159,7 +159,7 @@ def accumulating_weight_gradient_in_place() -> Iterator[None]:
 def writes_weight_gradient_in_place(weight: Tensor) -> bool:
     """Whether a backward should add ``weight``'s gradient into ``weight.grad`` itself: inside
     :func:`accumulating_weight_gradient_in_place`, for a leaf that requires grad (also the input embedding's,
-    :mod:`grove.core.token_embedding`)."""
+    :mod:`grove.kernels.token_embedding`)."""
     return _in_place_weight_gradients and weight.is_leaf and weight.requires_grad
 
 

@@ -1,0 +1,117 @@
+"""``grove eval``: held-out accuracy or success of a model, greedy and sampled, with intervals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grove.cli.terminal import SetOption, console, fail, load_for_command, print_precision_warning
+from grove.command_failures import user_error_types, user_message
+from grove.evaluation.stats import describe_sampled
+
+__all__ = ["eval_"]
+
+
+def eval_(
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model directory, checkpoint model/ dir, or 'smollm2-135m' (default: the config's)."),
+    ] = None,
+    task: Annotated[str | None, typer.Option("--task", help="Task id (default: the config's task).")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Config for the task and rewards, or the environment, and sampling.")
+    ] = None,
+    set_: SetOption = None,
+    max_examples: Annotated[
+        int | None, typer.Option("--max-examples", help="Evaluate at most N examples (held-out episodes for `env`).")
+    ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            "--samples",
+            help="Also sample N completions (episodes) per example at eval.temperature (default: rollout.temperature): "
+            "sampled accuracy with its interval, and pass@k (sets eval.samples).",
+        ),
+    ] = None,
+) -> None:
+    """Greedy held-out accuracy (or, with an `env` section, success rate and mean turns), with a 95% interval;
+    with --samples N also the accuracy of N sampled completions per example and pass@k."""
+    overrides = list(set_ or [])
+    if task is not None:
+        overrides.append(f"task={{id: {task}}}")
+    if max_examples is not None:
+        overrides.append(f"eval.max_examples={max_examples}")
+    if samples is not None:
+        overrides.append(f"eval.samples={samples}")
+    cfg = load_for_command(config, overrides)
+
+    import grove.builtin_components  # noqa: F401
+    from grove.experience import SourceContext, build_experience_source
+    from grove.infra.runtime import configure_runtime
+    from grove.models.pretrained import load_policy
+    from grove.rollout_engines import build_rollout_engine
+
+    configure_runtime(**cfg.runtime_settings())
+    print_precision_warning(cfg.train.precision, False, "cpu")  # generation under the precision's autocast
+    user_errors = user_error_types()
+    try:
+        if model is None:
+            from grove.models.initial_weights import policy_source
+
+            model = policy_source(cfg.model.name, cfg.model.init_from)
+        policy, tokenizer = load_policy(model)
+    except (FileNotFoundError, ValueError) as exc:  # ModelLoadError is a ValueError
+        fail(str(exc))
+    engine = build_rollout_engine(cfg.rollout, policy, tokenizer)
+    try:
+        source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
+        result = source.evaluate()
+    except user_errors as exc:
+        fail(user_message(exc))
+    target = f"env {cfg.env.id}" if cfg.source_id == "environment" else cfg.task.id
+    extra = "".join(f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate" and "/" not in k)
+    console.print(f"{model} on {target}: {result.report}{extra}  ({result.seconds:.1f}s)")
+    sampled = describe_sampled(result.extra)
+    if sampled:
+        console.print(sampled)
+    _print_breakdowns(result.extra)
+    objectives = [k.split("/")[1] for k in result.extra if k.startswith("objective/") and k.endswith("/n")]
+    if objectives:
+        from rich.table import Table
+
+        table = Table("objective", "held-out mean", "samples it applies to", title="per objective")
+        for name in objectives:
+            mean = result.extra.get(f"objective/{name}")
+            table.add_row(name, "–" if mean is None else f"{mean:.3f}", f"{result.extra[f'objective/{name}/n']:.0f}")
+        console.print(table)
+
+
+def _print_breakdowns(extra: dict[str, float]) -> None:
+    """Tables of the nested evaluation metrics: one per evaluation set (held-out, then e.g. ``quiz/``), a row per
+    metric, a column for "all" and for each ``<group>/<name>/`` breakdown (e.g. ``kb/tables/``). A key with an even
+    number of parts starts with its evaluation set (``quiz/answer_accuracy``, ``quiz/kb/tables/answer_accuracy``)."""
+    from rich.table import Table
+
+    sets: dict[str, dict[str, dict[str, float]]] = {}
+    for key, value in extra.items():
+        parts = key.split("/")
+        if parts[0] == "objective" or len(parts) == 1:
+            continue
+        eval_set = "held-out"
+        if len(parts) % 2 == 0:
+            eval_set, parts = parts[0], parts[1:]
+        column = "all" if len(parts) == 1 else parts[-2]
+        sets.setdefault(eval_set, {}).setdefault(column, {})[parts[-1]] = value
+    if "held-out" in sets:
+        sets["held-out"]["all"] = {k: v for k, v in extra.items() if "/" not in k}
+    for eval_set, columns in sets.items():
+        if eval_set == "held-out" and len(columns) < 2:
+            continue
+        columns = {"all": columns.pop("all", {}), **columns}
+        metrics = list(dict.fromkeys(m for c in columns.values() for m in c))
+        table = Table("metric", *columns, title=eval_set)
+        for metric in metrics:
+            table.add_row(metric, *("–" if c.get(metric) is None else f"{c[metric]:.3g}" for c in columns.values()))
+        console.print(table)
