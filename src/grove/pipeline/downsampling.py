@@ -128,8 +128,7 @@ class RolloutDownsampling:
             batch.batch, batch.scores, self.selection, keep_ratio_at(self.ratio, context.step, context.total_steps),
             self.advantage_fn, self.advantage_params,
         )
-        kept = batch.select(selected.rows)
-        return StageBatch(selected.batch, kept.rows, selected.scores, {**batch.stats, **selected.metrics})
+        return StageBatch(selected.batch, batch.rows[selected.rows], selected.scores, {**batch.stats, **selected.metrics})
 
 
 def selected_token_count(loss_mask: Tensor, selection: TokenSelection, ratio: float) -> float:

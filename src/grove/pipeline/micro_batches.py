@@ -55,6 +55,6 @@ def largest_first(micro_indices: list[Tensor], tokens: Tensor) -> list[Tensor]:
     micro-batch are too small for a larger one that follows, so a growing sequence of sizes raises the
     high-water mark once per size. Largest first, every later micro-batch fits into blocks the first one freed:
     the bf16 update's peak RSS fell 3.79 → 3.57-3.63 GiB at the same update time (``benchmarks/step_memory.py``,
-    docs/benchmarks.md, issue 16). Gradients are sums over micro-batches, so only the summation order (float
+    docs/benchmarks.md). Gradients are sums over micro-batches, so only the summation order (float
     rounding) changes."""
     return sorted(micro_indices, key=lambda idx: -int(tokens[idx].sum()))  # sorted() is stable
