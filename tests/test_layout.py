@@ -39,7 +39,7 @@ ALLOWED = {
     "resolve": {"builtin_components", "config", "core", "infra", "pipeline", "registry", "tasks"},
     "experience": {
         "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",
-        "rollout", "tasks", "user_code",
+        "rollout", "sft", "tasks", "user_code",
     },
     "training": {
         "atomic_files", "batch", "builtin_components", "config", "distributed", "envs", "evaluation", "experience",

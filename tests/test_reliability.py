@@ -4,6 +4,7 @@ run), and the graceful stop on SIGTERM / SIGINT, each resumed to the uninterrupt
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
@@ -198,17 +199,19 @@ def test_consecutive_skips_stop_the_run_with_the_last_good_checkpoint_named(tiny
 def test_a_nan_advantage_skips_the_step_update(tiny, tmp_path, caplog):
     out = tmp_path / "run"
     trainer = Trainer(_cfg(tiny, out, 1), out)
-    credit = trainer.credit
+    credit = trainer.stage.credit
 
-    def poisoned(scored):  # the step's credit assignment gives one sample a NaN advantage
-        exp = credit(scored)
-        adv = exp.batch.advantages.clone()
-        adv[1] = float("nan")
-        import dataclasses
+    class Poisoned:  # the step's credit assignment gives one sample a NaN advantage
+        def __call__(self, scored):
+            exp = credit(scored)
+            adv = exp.batch.advantages.clone()
+            adv[1] = float("nan")
+            return dataclasses.replace(exp, batch=exp.batch.replace(advantages=adv))
 
-        return dataclasses.replace(exp, batch=exp.batch.replace(advantages=adv))
+        def step_metrics(self, exp):
+            return credit.step_metrics(exp)
 
-    trainer.credit = poisoned
+    trainer.stage = dataclasses.replace(trainer.stage, credit=Poisoned())
     before = {k: v.clone() for k, v in trainer.models.causal_lm.state_dict().items()}
     with caplog.at_level(logging.WARNING):
         trainer.run()

@@ -1,4 +1,4 @@
-"""``grove sft``: supervised fine-tuning through the run machinery of ``grove train`` on a tiny model.
+"""``grove sft``: supervised fine-tuning, the trainer's loop with demonstrations and the ``nll`` loss, on a tiny model.
 
 Checked: the loss is the mean cross-entropy of the trained tokens (against an independent computation), it falls,
 the held-out loss is logged, the final model is a plain transformers model that ``model.init_from`` starts RL from;
@@ -24,11 +24,12 @@ from typer.testing import CliRunner
 
 from grove.cli import app
 from grove.config import dump_config
+from grove.experience.task_sampler import TaskSampler
 from grove.models.pretrained import load_policy
 from grove.models.tiny import create_tiny_model_dir
 from grove.resolve import load_config
 from grove.sft.data import load_sft_examples
-from grove.training.sft_trainer import SftTrainer
+from grove.training.trainer import Trainer
 
 TESTS = Path(__file__).resolve().parent
 
@@ -74,9 +75,10 @@ def _cfg(*args, **kwargs):
 def test_the_loss_is_the_token_mean_cross_entropy_and_it_falls(setup, tmp_path):
     root, tiny, data, held = setup
     cfg = _cfg(tiny, data, tmp_path / "run", 6, **{"sft.eval_data": f"[{held}]"})
-    trainer = SftTrainer(cfg, tmp_path / "run")
+    trainer = Trainer(cfg, tmp_path / "run", kind="sft")
     # an independent computation of the first step's loss: log-softmax of the plain forward, on the trained tokens
-    first = [trainer.splits.train[i] for i in list(trainer._sampler().next(6))]
+    source = trainer.source
+    first = [source.splits.train[i] for i in TaskSampler(len(source.splits.train), cfg.seed).next(6)]
     model = trainer.models.causal_lm
     total = count = 0.0
     with torch.no_grad():
@@ -104,9 +106,9 @@ def test_the_loss_is_the_token_mean_cross_entropy_and_it_falls(setup, tmp_path):
 def test_a_killed_run_resumes_to_the_same_weights_and_logs(setup, tmp_path):
     root, tiny, data, _ = setup
     whole = tmp_path / "whole"
-    SftTrainer(_cfg(tiny, data, whole, 5), whole).run()  # 5 steps of 6 cross the epoch of 24 rows
+    Trainer(_cfg(tiny, data, whole, 5), whole, kind="sft").run()  # 5 steps of 6 cross the epoch of 24 rows
     killed = copy_run(whole, tmp_path / "killed", 2)
-    resumed = SftTrainer(_cfg(tiny, data, killed, 5), killed, resume=True)
+    resumed = Trainer(_cfg(tiny, data, killed, 5), killed, resume=True, kind="sft")
     assert resumed.step == 2
     resumed.run()
     for step in (3, 4, 5):
@@ -119,7 +121,7 @@ def test_packing_changes_the_layout_not_the_numbers(setup, tmp_path):
     runs = {}
     for packing in (True, False):
         out = tmp_path / f"packing-{packing}"
-        SftTrainer(_cfg(tiny, data, out, 2, **{"sft.packing": packing}), out).run()
+        Trainer(_cfg(tiny, data, out, 2, **{"sft.packing": packing}), out, kind="sft").run()
         runs[packing] = records(out / "metrics.jsonl")
     for got, want in zip(runs[True], runs[False], strict=True):
         assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
@@ -130,7 +132,7 @@ def test_lora_trains_adapters_and_exports_a_merged_model(setup, tmp_path):
     root, tiny, data, _ = setup
     out = tmp_path / "lora"
     lora = "{r: 4, alpha: 8, target_modules: [q_proj, v_proj]}"
-    SftTrainer(_cfg(tiny, data, out, 3, **{"model.lora": lora, "optim.lr": 1e-2}), out).run()
+    Trainer(_cfg(tiny, data, out, 3, **{"model.lora": lora, "optim.lr": 1e-2}), out, kind="sft").run()
     adapter = load_file(out / "checkpoints" / "step-000003" / "model" / "adapter_model.safetensors")
     assert any(v.abs().max() > 0 for k, v in adapter.items() if "lora_B" in k)
     merged = AutoModelForCausalLM.from_pretrained(out / "model").state_dict()
@@ -158,7 +160,7 @@ def test_a_task_config_is_evaluated_before_and_after(setup, tmp_path):
     out = tmp_path / "task"
     settings = _settings(tiny, demos, out, 2) + ["task={id: arithmetic, train_size: 20, eval_size: 3}",
                                                    "rollout.max_new_tokens=4", "sft.eval_fraction=0.25"]
-    SftTrainer(load_config(None, settings), out).run()
+    Trainer(load_config(None, settings), out, kind="sft").run()
     evals = records(out / "eval.jsonl")
     assert [e["step"] for e in evals] == [0, 2]
     assert all(e["total"] == 3 and "held_out_loss" in e for e in evals)

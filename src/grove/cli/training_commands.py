@@ -32,9 +32,7 @@ def train(
     resume: ResumeOption = None,
 ) -> None:
     """Train a policy with the configured algorithm, evaluating before and after."""
-    from grove.training.trainer import Trainer  # whose start-up resolves user code before the model loads
-
-    _run_training("train", Trainer, config, set_, resume)
+    _run_training("train", config, set_, resume)
 
 
 def sft(
@@ -44,13 +42,12 @@ def sft(
 ) -> None:
     """Supervised fine-tuning on the config's `sft.data` (the warm start before RL), evaluating before and after;
     writes RUN_DIR/model for `model.init_from`."""
-    from grove.training.sft_trainer import SftTrainer
-
-    _run_training("sft", SftTrainer, config, set_, resume)
+    _run_training("sft", config, set_, resume)
 
 
-def _run_training(command: str, trainer_class: type, config: Path, set_: list[str] | None, resume: Path | None) -> None:
-    """Run a training command (``train`` or ``sft``) with its error handling, stop signals and summary."""
+def _run_training(command: str, config: Path, set_: list[str] | None, resume: Path | None) -> None:
+    """Run a training command (``train`` or ``sft``, the trainer's kind of run) with its error handling, stop signals
+    and summary."""
     overrides = list(set_ or [])
     if resume is not None:
         overrides.append(f"output_dir={json.dumps(str(resume))}")  # quoted: the path is a string, not YAML
@@ -58,6 +55,7 @@ def _run_training(command: str, trainer_class: type, config: Path, set_: list[st
     from grove.distributed.world import init_world
     from grove.infra.write_failures import RunWriteError
     from grove.training.nonfinite_guard import NonFiniteTrainingError
+    from grove.training.trainer import Trainer  # whose start-up resolves user code before the model loads
 
     # besides the user's mistakes (a checkpoint or log that could not be written among them): a run that kept
     # producing NaN, whose message names the last good checkpoint
@@ -91,7 +89,7 @@ def _run_training(command: str, trainer_class: type, config: Path, set_: list[st
     if problem is not None:
         stop(f"output_dir {cfg.output_dir!r} is not writable: {problem}; choose another with --set output_dir=...")
     try:
-        trainer = trainer_class(cfg, Path(cfg.output_dir), resume=resume is not None, world=world)
+        trainer = Trainer(cfg, Path(cfg.output_dir), resume=resume is not None, world=world, kind=command)
         if trainer.resume_from is not None and world.is_main:
             err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
         summary = trainer.run()

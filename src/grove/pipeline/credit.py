@@ -13,6 +13,10 @@ then runs :class:`CreditAssignment` on it, in this order:
 4. with ``kl.placement: reward``, ``β·Σ_t KL_t`` over each sample's policy tokens subtracted from its score;
 5. advantages from the registered estimator (``algorithm.advantage``), then, with several objectives, the
    per-objective statistics (``objective/*``).
+
+Any credit step is a :class:`Credit`: it also says what the step's metrics record of the experience it scored
+(rewards, advantages and lengths here; :class:`grove.pipeline.supervised_targets.SupervisedTargets` is the credit
+of demonstrations, whose targets are their own tokens).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from pydantic import BaseModel
 from torch import Tensor
@@ -31,8 +36,9 @@ from grove.core.objectives import AggregateFn, AggregateOutput, objective_statis
 from grove.core.token_ops import row_mean
 from grove.distributed.batch_exchange import gather_batch
 from grove.distributed.world import World
+from grove.pipeline.step_metrics import step_metrics
 
-__all__ = ["CreditAssignment", "KLInReward", "ScoredExperience", "StepExperience", "kl_penalised_scores"]
+__all__ = ["Credit", "CreditAssignment", "KLInReward", "ScoredExperience", "StepExperience", "kl_penalised_scores"]
 
 
 @dataclass(frozen=True)
@@ -81,12 +87,23 @@ class StepExperience:
         return dataclasses.replace(self, samples=samples)
 
 
+class Credit(Protocol):
+    """Turns a step's scored experience into the experience the update trains on."""
+
+    def __call__(self, scored: ScoredExperience) -> StepExperience: ...
+
+    def step_metrics(self, exp: StepExperience) -> dict[str, float]:
+        """What the step's metrics record of ``exp``."""
+        ...
+
+
 @dataclass(frozen=True)
 class CreditAssignment:
     """Reference → gather → score → KL in reward → estimator → objective statistics (the module docstring); built
     once by the trainer from the config. ``kl_in_reward`` gives this step's setting (its coefficient can change
     between steps; ``None`` unless ``kl.placement: reward``). ``samples_per_step``: how many samples a step logs
-    when the source leaves them to the batch."""
+    when the source leaves them to the batch; ``accuracy_reward``: the objective whose share of
+    full marks is logged as ``accuracy``."""
 
     advantage_fn: AdvantageFn
     advantage_params: BaseModel
@@ -97,6 +114,7 @@ class CreditAssignment:
     world: World = field(default_factory=World)
     pad_token_id: int = 0
     samples_per_step: int = 0
+    accuracy_reward: str = "accuracy"
 
     def __call__(self, scored: ScoredExperience) -> StepExperience:
         stats = dict(scored.stats)
@@ -118,6 +136,13 @@ class CreditAssignment:
         return StepExperience(
             batch, scores, scored.generation_seconds, scored.generated_tokens, stats, samples, local_rows=local_rows
         )
+
+    def step_metrics(self, exp: StepExperience) -> dict[str, float]:
+        """Rewards, advantages and lengths of all the step's rollouts (:func:`grove.pipeline.step_metrics.step_metrics`)
+        and the generation's throughput."""
+        metrics = step_metrics(exp, exp.batch, accuracy_reward=self.accuracy_reward)
+        metrics["generated_tokens_per_second"] = exp.generated_tokens / max(exp.generation_seconds, 1e-9)
+        return metrics
 
     def _batch_samples(self, batch: RolloutBatch) -> list[dict]:
         """Each logged sample's metadata (prompt, completion, finish reason) and its rewards by name."""

@@ -86,6 +86,9 @@ class LossComponents:
     token_selection: TokenSelection | None = None  # D^3S token-level down-sampling (grove.pipeline.downsampling)
     sequence_count: SequenceCount = "all_rows"  # which rows the seq_mean_* aggregations count (grove.core.aggregation)
     skip_zero_advantage: bool = False  # leave zero-advantage samples out (exact for this config; see samples_with_signal)
+    # the batch's old log-probs and advantages are a rollout's: the metrics compare them with the training forward
+    # (logprob_mismatch_*) and count skipped zero-advantage samples; off for demonstrations (supervised fine-tuning)
+    rollout_metrics: bool = True
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,10 @@ def policy_update(
             _mini_batch_step(ctx, batch, mini_idx, epoch, mini_index, totals)
     optimizer.zero_grad(set_to_none=True)  # no gradients held through the next generation phase
     totals.summed_over_ranks(strategy.world)
-    return totals.metrics(scheduler.get_last_lr()[0], ctx.tokens, lambda: loss_statistic_names(parts))
+    metrics = totals.metrics(scheduler.get_last_lr()[0], ctx.tokens, lambda: loss_statistic_names(parts))
+    if not parts.rollout_metrics:
+        metrics = {k: v for k, v in metrics.items() if not k.startswith(("logprob_mismatch", "zero_advantage"))}
+    return metrics
 
 
 def _mini_batch_step(
