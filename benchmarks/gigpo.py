@@ -54,7 +54,7 @@ from seeded_runs import (
 
 
 def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float]:
-    import grove.builtin_components  # noqa: F401
+    import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
     from grove.experience import SourceContext, build_experience_source
     from grove.experience.episode_metrics import anchor_metrics, episode_metrics
     from grove.experience.trajectory_batch import trajectories_to_batch

@@ -36,7 +36,7 @@ from collections import Counter
 
 import torch
 
-import grove.builtin_components  # noqa: F401
+import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
 from grove.experience import SourceContext, build_experience_source
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime, release_host_memory

@@ -66,7 +66,7 @@ HELD_OUT = {
 def calibrate(config: str, overrides: list[str], groups: int) -> dict:
     """Episodes of the base model on ``groups`` training questions spread over the list (G each, sampling as in
     training)."""
-    import grove.builtin_components  # noqa: F401
+    import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
     from grove.experience import SourceContext, build_experience_source
     from grove.experience.episode_metrics import environment_summary, episode_metrics
     from grove.infra.runtime import configure_runtime

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-import grove.builtin_components  # noqa: F401
+import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
 from grove.experience.task_sampler import TaskSampler
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime

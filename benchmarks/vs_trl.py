@@ -76,7 +76,7 @@ def peak_gpu_gb() -> float | None:
 
 
 def arithmetic_examples(n: int):
-    import grove.builtin_components  # noqa: F401
+    import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
     from grove.tasks.task import build_task
 
     task = build_task(

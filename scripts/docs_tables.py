@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-import grove.builtin_components  # noqa: F401  (registers every built-in component)
+import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
 from grove.config.presets import PRESETS
 from grove.registry import (
     ADVANTAGE_ESTIMATORS,

@@ -166,3 +166,12 @@ def test_every_preset_validates():
 def test_agent_examples_load(name):
     cfg = load_config(f"examples/{name}.yaml")
     assert cfg.source_id == "environment" and cfg.algorithm.advantage.id == "gigpo"
+
+
+def test_a_gated_aggregation_naming_no_objective_is_refused_when_the_config_loads():
+    settings = ['rewards=[{id: answer_match}, {id: answer_format}]',
+                'algorithm.reward_aggregation={id: gated, constraints: [answer_match], objectives: [tone]}']
+    with pytest.raises(ConfigError, match="reward_aggregation.objectives: 'tone' is not an objective"):
+        load_config(None, settings)
+    cfg = load_config(None, [settings[0], settings[1].replace("tone", "answer_format")])
+    assert cfg.algorithm.reward_aggregation.id == "gated"

@@ -50,7 +50,7 @@ ALLOWED = {
         "config", "experience", "infra", "models", "rewards", "rollout", "sft", "tasks", "user_code",
     },
     "cli": {
-        "builtin_components", "command_failures", "config", "demos", "distributed", "evaluation", "experience", "infra",
+        "command_failures", "config", "demos", "distributed", "evaluation", "experience", "infra",
         "models", "resolve", "rollout", "rollout_engines", "tasks", "training", "view",
     },
 }

@@ -78,7 +78,7 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
     import psutil
     import torch
 
-    import grove.builtin_components  # noqa: F401
+    import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
     from grove.config.derived import generates_from_bf16_copy, needs_reference_model
     from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes, lora_parameter_count
     from grove.models.pretrained import resolve_model_path

@@ -47,7 +47,7 @@ def eval_(
         overrides.append(f"eval.samples={samples}")
     cfg = load_for_command(config, overrides)
 
-    import grove.builtin_components  # noqa: F401
+    import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
     from grove.experience import SourceContext, build_experience_source
     from grove.infra.runtime import configure_runtime
     from grove.models.pretrained import load_policy

@@ -14,8 +14,8 @@ from grove.evaluation.evaluate import EvalResult, evaluate_config
 from grove.experience.source import ScoredExperience, SourceContext
 from grove.experience.task_sampler import TaskSampler
 from grove.pipeline.collect import ExperienceSettings, collect_scored
-from grove.registry import ADVANTAGE_ESTIMATORS, EXPERIENCE_SOURCES, REWARD_AGGREGATORS, NamesObjectives
-from grove.rewards.scoring import resolve_rewards, reward_columns
+from grove.registry import EXPERIENCE_SOURCES
+from grove.rewards.scoring import resolve_rewards
 from grove.rollout.engine import (
     SamplingParams,
     check_prompts_fit,
@@ -48,11 +48,6 @@ class CompletionSource:
         self.rewards = resolve_rewards(cfg.rewards)
         a = cfg.algorithm
         overlong = a.overlong
-        aggregation = a.reward_aggregation
-        aggregator_params = aggregation.validated(REWARD_AGGREGATORS)
-        if REWARD_AGGREGATORS.entry(aggregation.id).declares(NamesObjectives):  # gated: its names must be objectives
-            names = reward_columns(self.rewards)[0] + (("overlong_penalty",) if overlong.soft_penalty else ())
-            aggregator_params.check_objectives(names)
         self.settings = ExperienceSettings(
             groups=cfg.train.prompts_per_step,
             completions_per_group=cfg.train.completions_per_prompt,
@@ -64,10 +59,10 @@ class CompletionSource:
                 (overlong.cache_tokens or max(1, cfg.rollout.max_new_tokens // 5)) if overlong.soft_penalty else None
             ),
             overlong_max_penalty=overlong.max_penalty,
-            greedy_baseline="greedy_baseline" in ADVANTAGE_ESTIMATORS.entry(a.advantage.id).requires,
+            greedy_baseline=ctx.scoring.greedy_baseline,
             pad_token_id=ctx.engine.pad_token_id,
-            aggregator=REWARD_AGGREGATORS.get(aggregation.id),
-            aggregator_params=aggregator_params,
+            aggregator=ctx.scoring.aggregator,
+            aggregator_params=ctx.scoring.aggregator_params,
             world=ctx.world,
         )
         require_examples(self.task, cfg.task.id)  # an empty split: an error naming the task and split

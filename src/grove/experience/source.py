@@ -22,6 +22,7 @@ import torch
 from grove.config import GroveConfig
 from grove.distributed.world import World
 from grove.evaluation.evaluate import EvalResult
+from grove.pipeline.collect import ObjectiveScoring
 from grove.pipeline.credit import ScoredExperience
 from grove.registry import EXPERIENCE_SOURCES
 from grove.rollout.engine import RolloutEngine
@@ -31,7 +32,8 @@ __all__ = ["EXPERIENCE_SOURCES", "ExperienceSource", "ScoredExperience", "Source
 
 @dataclass(frozen=True)
 class SourceContext:
-    """Everything a source may use, built once by the trainer. ``world``: the ranks the step's groups are shared among
+    """Everything a source may use, built once by the trainer. ``scoring``: the resolved reward aggregator and greedy
+    baseline a training step scores with (unused outside training). ``world``: the ranks the step's groups are shared among
     (a source generates only this rank's share and gathers the scored batch, :mod:`grove.distributed`).
     ``training``: ``False`` outside a training run (evaluation only: the training split is not checked).
     """
@@ -40,13 +42,14 @@ class SourceContext:
     engine: RolloutEngine
     tokenizer: Any
     generator: torch.Generator
+    scoring: ObjectiveScoring = field(default_factory=ObjectiveScoring)
     world: World = field(default_factory=World)
     training: bool = True
 
     @classmethod
     def for_evaluation(cls, cfg: GroveConfig, engine: RolloutEngine, tokenizer: Any) -> SourceContext:
         """A context outside training (``grove eval``, benchmarks): one process, a generator seeded with
-        ``cfg.seed``."""
+        ``cfg.seed``; no training step, so the default scoring."""
         return cls(cfg=cfg, engine=engine, tokenizer=tokenizer, generator=torch.Generator().manual_seed(cfg.seed),
                    training=False)
 

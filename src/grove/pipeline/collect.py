@@ -49,6 +49,17 @@ PromptSource = Callable[[int], tuple[list[Example], list[list[int]]]]
 
 
 @dataclass(frozen=True)
+class ObjectiveScoring:
+    """How a step's objectives become one score per sample, resolved once from the config
+    (:func:`grove.resolve.resolve_components`): the reward aggregator with its parameters, and whether the advantage
+    estimator asks for one greedy completion per prompt, scored (``requires: greedy_baseline``, e.g. ReMax)."""
+
+    aggregator: AggregateFn = sum_then_normalize
+    aggregator_params: BaseModel | None = None  # None: the aggregator takes no parameters (sum_then_normalize)
+    greedy_baseline: bool = False
+
+
+@dataclass(frozen=True)
 class ExperienceSettings:
     groups: int
     completions_per_group: int

@@ -26,6 +26,7 @@ from grove.registry import (
     ROLLOUT_ENGINES,
     STEP_ANNOTATORS,
     MayProduceAdvantages,
+    NamesObjectives,
     NeedsLargerGroups,
 )
 from grove.tasks.task import TASKS
@@ -119,6 +120,9 @@ def _check_reward_aggregation(cfg: GroveConfig) -> None:
             "are scored by their returns. Remove it (or use sum_then_normalize)"
         )
     params = spec.validated(REWARD_AGGREGATORS)
+    if REWARD_AGGREGATORS.entry(spec.id).declares(NamesObjectives):  # gated: the names it gives must be objectives
+        names = tuple(c for r in cfg.rewards for c in reward_column_names(r))
+        params.check_objectives(names + (("overlong_penalty",) if cfg.algorithm.overlong.soft_penalty else ()))
     estimator = cfg.algorithm.advantage.id
     produces = REWARD_AGGREGATORS.entry(spec.id).declares(MayProduceAdvantages) and params.produces_advantages()
     if produces and estimator != "score_as_advantage":

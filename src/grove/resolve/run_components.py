@@ -18,6 +18,7 @@ from grove.config.derived import zero_advantage_skip_blocker
 from grove.core.advantages import AdvantageFn
 from grove.core.objectives import AggregateFn
 from grove.pipeline.batch_stages import BatchStage, BatchStages, OldLogprobRecompute
+from grove.pipeline.collect import ObjectiveScoring
 from grove.pipeline.downsampling import RolloutDownsampling, SampleSelection, TokenSelection
 from grove.pipeline.rollout_correction import RolloutCorrection
 from grove.pipeline.trajectory_weighting import TrajectoryWeighting
@@ -35,7 +36,8 @@ __all__ = ["RunComponents", "resolve_batch_stages", "resolve_components", "resol
 
 @dataclass(frozen=True)
 class RunComponents:
-    """``algorithm.advantage`` and ``algorithm.reward_aggregation`` with their parameters; the KL estimator when
+    """``algorithm.advantage`` and ``algorithm.reward_aggregation`` with their parameters; whether the estimator
+    asks for a scored greedy completion per prompt; the KL estimator when
     the KL goes into the reward (``kl.placement: reward``, else ``None``); the stages between credit and the update;
     the update's loss components."""
 
@@ -43,9 +45,15 @@ class RunComponents:
     advantage_params: BaseModel
     aggregator: AggregateFn
     aggregator_params: BaseModel
+    greedy_baseline: bool
     kl_in_reward_estimator: Callable[[Tensor, Tensor], Tensor] | None
     stages: BatchStages
     loss: LossComponents
+
+    @property
+    def scoring(self) -> ObjectiveScoring:
+        """The aggregator and the greedy baseline, as an experience source scores with them."""
+        return ObjectiveScoring(self.aggregator, self.aggregator_params, self.greedy_baseline)
 
 
 def resolve_components(cfg: GroveConfig) -> RunComponents:
@@ -57,6 +65,7 @@ def resolve_components(cfg: GroveConfig) -> RunComponents:
         advantage_params=advantage_params,
         aggregator=REWARD_AGGREGATORS.get(a.reward_aggregation.id),
         aggregator_params=a.reward_aggregation.validated(REWARD_AGGREGATORS),
+        greedy_baseline="greedy_baseline" in ADVANTAGE_ESTIMATORS.entry(a.advantage.id).requires,
         kl_in_reward_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.placement == "reward" else None,
         stages=resolve_batch_stages(cfg, advantage_fn, advantage_params),
         loss=resolve_loss_components(cfg),

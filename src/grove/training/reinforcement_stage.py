@@ -47,7 +47,7 @@ class ReinforcementLearning:
         )
         source = build_experience_source(
             SourceContext(cfg=cfg, engine=inputs.engine, tokenizer=models.tokenizer, generator=inputs.generator,
-                          world=inputs.world)
+                          scoring=components.scoring, world=inputs.world)
         )
         credit = CreditAssignment(
             advantage_fn=components.advantage_fn,
