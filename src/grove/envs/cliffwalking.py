@@ -42,11 +42,8 @@ class CliffWalkingParams(BaseModel):
 class CliffWalkingEnvironment(ToyTextEnvironment):
     """CliffWalking: walk along a 4×12 grid from the bottom left to the bottom right without stepping off the cliff."""
 
+    params: CliffWalkingParams
     actions = ("up", "right", "down", "left")
-
-    def __init__(self, params: CliffWalkingParams) -> None:
-        super().__init__(params.max_steps)
-        self.params = params
 
     def _make(self, task_id: int) -> Any:
         from gymnasium.envs.toy_text.cliffwalking import CliffWalkingEnv

@@ -141,11 +141,8 @@ def _frozenlake_neighbours(desc: np.ndarray, row: int, col: int) -> str:
 class FrozenLakeEnvironment(ToyTextEnvironment):
     """FrozenLake: walk from the start (top left) to the goal (bottom right) without falling into a hole."""
 
+    params: FrozenLakeParams
     actions = ("left", "down", "right", "up")
-
-    def __init__(self, params: FrozenLakeParams) -> None:
-        super().__init__(params.max_steps)
-        self.params = params
 
     def _world(self, task_id: int) -> Hashable:
         return task_id if self.params.maps == "random" else None

@@ -63,12 +63,9 @@ def _taxi_start_states() -> tuple[int, ...]:
 class TaxiEnvironment(ToyTextEnvironment):
     """Taxi: drive to the passenger, pick them up, drive to the destination and drop them off."""
 
+    params: TaxiParams
     actions = ("south", "north", "east", "west", "pickup", "dropoff")
     stop_names = ("R", "G", "Y", "B")
-
-    def __init__(self, params: TaxiParams) -> None:
-        super().__init__(params.max_steps)
-        self.params = params
 
     def _make(self, task_id: int) -> Any:
         from gymnasium.envs.toy_text.taxi import TaxiEnv

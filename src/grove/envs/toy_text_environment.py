@@ -65,8 +65,10 @@ class ToyTextEnvironment:
 
     actions: tuple[str, ...] = ()
 
-    def __init__(self, max_steps: int) -> None:
-        self.max_steps = max_steps
+    def __init__(self, params: Any) -> None:
+        """``params``: the game's parameters (a pydantic model with ``max_steps``), kept as ``self.params``."""
+        self.params = params
+        self.max_steps = params.max_steps
         self._env: Any = None
         self._world_key: Hashable = None
         self._steps = 0
