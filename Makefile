@@ -45,13 +45,17 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 
-# regenerate the component and preset tables of docs/algorithms.md from the registries (tests check they are current)
+# regenerate the generated pages (the component and preset tables of docs/algorithms.md from the registries, the
+# command reference docs/cli.md from the commands; tests check they are current), then build the site into site/
+# with mkdocs --strict (a broken link or anchor, or a page missing from the navigation, fails)
 docs: $(STAMP)
 	$(PY) scripts/docs_tables.py
+	$(PY) scripts/cli_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # the screenshots of grove view's report in docs/img/viewer*.png, from the browser test's tiny runs
 viewer-screenshots: $(STAMP) browser
 	GROVE_VIEW_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_view.py -k browser
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site

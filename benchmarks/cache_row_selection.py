@@ -1,6 +1,6 @@
 """Dropping finished rows from a decode KV cache: advanced indexing (transformers' ``batch_select_indices``) vs
 ``index_select`` (:func:`grove.rollout.decode_cache.select_cache_rows`), per layer and per drop event
-(docs/benchmarks.md, issue 16).
+(results in docs/benchmarks.md).
 
     python benchmarks/cache_row_selection.py
     python benchmarks/cache_row_selection.py --rows 64 --cached 100 --dtypes bf16 fp32

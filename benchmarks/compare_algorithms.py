@@ -2,7 +2,7 @@
 
 Each algorithm is an ``algorithm.preset`` on top of the demo config (``examples/arithmetic.yaml``,
 its own algorithm section replaced), trained with ``train.time_budget_seconds`` and evaluated
-greedily on the same 200 held-out problems. The base model is evaluated once (the first run).
+greedily on the same 200 held-out problems. The base model is evaluated once, before the first preset's run.
 Writes ``OUT/curves.png`` (reward and training accuracy against wall-clock seconds and against
 steps) and prints a markdown table for ``docs/benchmarks.md``.
 

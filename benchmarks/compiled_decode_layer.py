@@ -1,5 +1,5 @@
 """A decode layer of our own for Llama layers, eager and compiled, against transformers' layer in the generation copy
-(docs/benchmarks.md, issue 16, eighth session: measured, not kept).
+(results in docs/benchmarks.md: measured, not adopted by grove).
 
     python benchmarks/compiled_decode_layer.py --rounds 3
     python benchmarks/compiled_decode_layer.py --rounds 3 --cpp-wrapper

@@ -1,5 +1,5 @@
 """Generation alone with transformers' ``sdpa`` vs grove's ``grove_sdpa`` (one-token decode attention as two
-matmuls), alternated in one process on the same prompts and seeds (docs/benchmarks.md, issue 16).
+matmuls), alternated in one process on the same prompts and seeds (results in docs/benchmarks.md).
 
     python benchmarks/decode_attention.py --precision bf16 --rounds 3
     python benchmarks/decode_attention.py --precision fp32 --rounds 3

@@ -1,5 +1,5 @@
-"""Where one decode step of the generation copy goes, and the alternatives measured for its parts (docs/benchmarks.md,
-issue 16, eighth session).
+"""Where one decode step of the generation copy goes, and the alternatives measured for its parts (results in
+docs/benchmarks.md).
 
     python benchmarks/decode_step_parts.py                   # SmolLM2-135M, bf16, 64 rows, 80 cached tokens
     python benchmarks/decode_step_parts.py --precision fp32

@@ -1,6 +1,6 @@
 """Generation alone from the bf16 copy with plain linear layers vs prepacked ones (``rollout.prepacked_weights``,
 :mod:`grove.rollout.prepacked_linear`: the weights in oneDNN's blocked layout), alternated in one process on the
-same prompts and seeds (docs/benchmarks.md, issue 16).
+same prompts and seeds (results in docs/benchmarks.md).
 
     python benchmarks/generation_levers.py --rounds 5
     python benchmarks/generation_levers.py --rounds 5 --eos

@@ -1,5 +1,5 @@
 """The policy update of one real step at several micro-batch sizes, with and without activation checkpointing
-(docs/benchmarks.md, issue 16).
+(results in docs/benchmarks.md).
 
     python benchmarks/micro_batch_size.py --set train.precision=bf16 --set optim.state_dtype=bf16 \\
         --set train.compile=true --variants 8 64+ckpt 64 32+ckpt

@@ -6,7 +6,7 @@
 Measured here, alone, with the benchmark's thread count: the best matmul throughput (GFLOP/s) in fp32 and in
 bf16 (each product in its fastest operand layout) over the model's own training shapes (``[tokens, hidden] @
 [hidden, intermediate]`` and its transposes at a micro-batch's ≈ 400 tokens) and over the decode shapes (the
-same products at ``--decode-rows`` rows), and the read bandwidth of a 1 GB sum. The floors (docs/benchmarks.md, issue 16):
+same products at ``--decode-rows`` rows), and the read bandwidth of a 1 GB sum. The floors (results in docs/benchmarks.md):
 
 * **update** = FLOPs ÷ the training-shape matmul throughput, with FLOPs = ``6 · (N_body · T_train + N_head ·
   T_response)``: forward (2) + backward (4) per parameter and token; ``N_body`` the decoder's parameters

@@ -1,4 +1,4 @@
-"""Resident memory (RSS) through two training steps, per phase: generation, update (docs/benchmarks.md, issue 16).
+"""Resident memory (RSS) through two training steps, per phase: generation, update (results in docs/benchmarks.md).
 
     python benchmarks/step_memory.py --set train.precision=bf16
     python benchmarks/step_memory.py --set train.precision=bf16 --set optim.state_dtype=bf16

@@ -8,7 +8,7 @@ The vs_trl work (``benchmarks/step_memory.py``'s settings: SmolLM2-135M, 8 promp
 tokens, T = 1), ``--steps`` trainer steps per run, one run per variant (``every`` = 0: off; 1: every step; the
 default), the variants alternated ``--repeats`` times in this one process. Recording draws no random numbers, so
 every run generates and trains on the same samples and only the recording differs; each round starts with the next
-variant (the process's first run also warms its caches). Each run's step times are
+variant (whichever run comes first in the process also warms its caches). Each run's step times are
 measured around ``Trainer.train_step`` (the records' writing included). Printed per run: its mean step time and
 the mean ``token_details_seconds`` of its recorded steps; then, per variant, the medians over the repeats and the
 ratio of the mean step time to the run with recording off.

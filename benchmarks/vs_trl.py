@@ -1,6 +1,6 @@
 """grove vs TRL's GRPOTrainer on the same GRPO work at the same precision, in separate processes, alternated.
 
-The work (issues 4 and 16): SmolLM2-135M-Instruct (the embedded model, fp32 weights), 8 prompts × 8
+The work: SmolLM2-135M-Instruct (the embedded model, fp32 weights), 8 prompts × 8
 completions per optimizer step, prompts ≈ 45 tokens (chat template + "What is a + b? Answer with just the
 number."), at most 64 new tokens, temperature 1.0, β = 0, one optimisation epoch, one optimizer step per
 rollout, lr 1e-6, no gradient checkpointing, no vLLM, CPU. The workers: TRL with ``bf16=False`` (``trl``)
@@ -53,7 +53,7 @@ PEERS = {"grove": "trl", "grove-compiled": "trl", "grove-bf16": "trl-bf16", "gro
          "grove-bf16-bf16moments-mb64ckpt": "trl-bf16", "grove-bf16-bf16moments-mb64ckpt-compiled": "trl-bf16"}
 # the whole step's 64 completions as one micro-batch (TRL's per_device_train_batch_size here), with activation
 # checkpointing so that it fits: in bf16 the update's per-micro-batch costs (weight casts, gradient accumulation)
-# are paid once (docs/benchmarks.md, issue 16)
+# are paid once (docs/benchmarks.md)
 ONE_MICRO_BATCH = ("train.micro_batch_size=64", "train.activation_checkpointing=true")
 LEVERS = {  # grove workers with levers switched on
     "grove-compiled": ("train.compile=true",),

@@ -3,9 +3,9 @@ randomly initialised weights (seeded), so grove can load it offline as ``--set m
 
 Usage:  python scripts/make_random_model.py OUT_DIR [--dtype fp32|bf16] [--seed 0] [--src DIR]
 
-For speed measurements where the embedded weights cannot travel (a lent GPU machine: docs/benchmarks.md,
-issue 16): the timings of a step do not depend on the weights' values (random weights rarely sample EOS, so
-completions run to ``max_new_tokens``). ``--src`` holds config.json, generation_config.json, tokenizer.json,
+For speed measurements on a machine the embedded weights cannot travel to (e.g. a GPU machine: docs/benchmarks.md):
+the timings of a step do not depend on the weights' values (random weights rarely sample EOS, so completions run to
+``max_new_tokens``). ``--src`` holds config.json, generation_config.json, tokenizer.json,
 tokenizer_config.json and chat_template.jinja (weights are not read); default: the embedded SmolLM2 directory
 (``grove.models.pretrained.resolve_model_path("smollm2-135m")``), so copy those five files along to a machine
 without it.

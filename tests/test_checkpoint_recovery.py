@@ -290,3 +290,11 @@ def test_weights_that_do_not_fit_the_model_are_a_config_error(tiny, straight, tm
     assert "has no config.yaml" in caplog.text
     assert "do not fit model.name" in str(info.value) and "step-000002" in str(info.value)
     assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("off", ["0", "null"])
+def test_checkpoints_every_zero_or_null_keep_only_the_final_one(tiny, straight, tmp_path, off):
+    run = tmp_path / "run"
+    Trainer(run_config(tiny, run, 3, **{"checkpoint.every": off}), run).run()
+    assert [p.name for p in ckpt.list_checkpoints(run)] == [ckpt.list_checkpoints(straight)[-1].name]
+    assert same_weights(weights(run, 3), weights(straight, 3))

@@ -81,7 +81,7 @@ def test_segment_sum_multidimensional_values():
 def test_gather_rows_backward_sums_repeats_in_one_order() -> None:
     """A prompt's last state predicts the first token of each of its responses: the gather repeats that row at
     spread positions, and on a CPU with several threads advanced indexing's backward adds the repeats in an order
-    that changes from pass to pass (docs/benchmarks.md, issue 16). gather_rows' must not."""
+    that changes from pass to pass (docs/benchmarks.md). gather_rows' must not."""
     from grove.core.segments import gather_rows
 
     generator = torch.Generator().manual_seed(0)

@@ -304,7 +304,7 @@ def test_sokoban_level_that_starts_solved_is_won_by_any_keeping_move():
 
 @pytest.fixture(scope="module")
 def textworld_cache(request) -> str:
-    """Games are generated once into pytest's cache dir (a second run finds them)."""
+    """Games are generated once into pytest's cache dir (a rerun finds them there)."""
     pytest.importorskip("textworld")
     return str(request.config.cache.mkdir("grove-textworld"))
 

@@ -22,7 +22,7 @@ ALLOWED = {
     "rollout_engines": {"config", "registry", "rollout"},
     "core": {"batch", "registry"},
     "kernels": set(),
-    "models": {"batch", "core", "infra", "kernels"},
+    "models": {"batch", "core", "infra", "kernels", "rollout"},
     "rollout": set(),
     "rewards": {"registry", "user_code"},
     "tasks": {"atomic_files", "knowledge", "registry"},

@@ -12,8 +12,6 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from grove.config import ConfigError
-
 __all__ = ["early_stop", "output_dir_problem", "unreported_write_failure", "user_error_types", "user_message"]
 
 
@@ -21,6 +19,7 @@ def user_error_types() -> tuple[type[Exception], ...]:
     """The exception types that are the user's to fix (a config, data file, model directory, prompt length, reward
     or environment of theirs, a full disk): printed as ``error: ...`` with exit code 2. Anything else is a bug and
     keeps its traceback."""
+    from grove.config import ConfigError
     from grove.experience.env_failures import EnvironmentFailedError
     from grove.experience.step_results import MalformedEnvironmentResult
     from grove.infra.write_failures import RunWriteError

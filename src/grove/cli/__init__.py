@@ -33,6 +33,9 @@ app.command()(export)
 
 
 def main() -> None:
+    # the console shows grove's own progress and results: no progress bars of the Hugging Face libraries (loading
+    # and writing weights, datasets), set before any of them is imported; a user's setting is kept
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # like pytest and uvicorn: user modules named in a config (``mypkg.rewards:fn``) import from here
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

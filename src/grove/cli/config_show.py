@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from grove.cli.terminal import SetOption, console, err, fail, load_for_command, print_precision_warning
 from grove.command_failures import user_error_types, user_message
-from grove.config import GroveConfig, dump_config
+
+if TYPE_CHECKING:
+    from grove.config import GroveConfig
 
 __all__ = ["config_show"]
 
@@ -43,6 +45,8 @@ def config_show(
         console.print(f"# preset {cfg.algorithm.preset!r} supplies (your own keys override it):", highlight=False)
         fragment = yaml.safe_dump(PRESETS[cfg.algorithm.preset].settings, sort_keys=False)
         console.print("".join(f"#   {line}\n" for line in fragment.splitlines()), markup=False, highlight=False)
+    from grove.config import dump_config
+
     console.print(dump_config(cfg), markup=False, highlight=False)
     table = Table(title="derived batch quantities")
     table.add_column("quantity")

@@ -1,16 +1,19 @@
-"""What every ``grove`` command shares: the consoles, the ``error:`` exit, loading the config, the common options."""
+"""What every ``grove`` command shares: the consoles, the ``error:`` exit, loading the config, the common options.
+
+The command modules import torch, transformers and the components only inside the commands that use them, so
+``grove --help`` and a mistyped command answer at once."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from grove.config import ConfigError, GroveConfig
-from grove.resolve import load_config
+if TYPE_CHECKING:
+    from grove.config import GroveConfig
 
 __all__ = ["ResumeOption", "SetOption", "console", "err", "fail", "load_for_command", "print_precision_warning"]
 
@@ -36,6 +39,9 @@ def fail(message: str, where: str = "", code: int = 2) -> NoReturn:
 
 def load_for_command(config: Path | None, overrides: list[str] | None) -> GroveConfig:
     """The config a command runs with; a mistake in it is an ``error:`` exit."""
+    from grove.config import ConfigError
+    from grove.resolve import load_config  # torch and every component: imported by the commands that run
+
     try:
         return load_config(config, overrides or [])
     except ConfigError as exc:

@@ -21,7 +21,7 @@ def needs_reference_model(cfg: GroveConfig) -> bool:
 
 def generates_from_bf16_copy(cfg: GroveConfig) -> bool:
     """Whether rollouts decode from a bfloat16 copy of the weights: ``rollout.bf16_weights``, or, when that is
-    null (the default), whether ``train.precision`` is bf16 (docs/benchmarks.md, issue 16: the faster decode
+    null (the default), whether ``train.precision`` is bf16 (docs/benchmarks.md: the faster decode
     at the precision the update already computes in)."""
     if cfg.rollout.bf16_weights is not None:
         return cfg.rollout.bf16_weights

@@ -46,7 +46,7 @@ class GroveConfig(Section):
         "retain",
         description="CPU memory allocator policy (Linux/glibc). 'retain': freed large blocks stay in the process heap "
         "(mallopt: no mmap below 1 GiB, trim above ~2 GiB; free pages returned after generation and after each update), "
-        "so each step's big buffers are not page-faulted in again (≈7% faster updates on the CPU benchmark); "
+        "so each step's big buffers are not page-faulted in again (faster updates: docs/benchmarks.md); "
         "'system': glibc's defaults.",
     )
     mkldnn_lru_cache_entries: int | None = Field(

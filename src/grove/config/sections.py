@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from grove.config.components import ComponentSpec
 from grove.config.lora_section import LoraSettings
@@ -179,7 +179,7 @@ class TrainConfig(Section):
         description="'bf16': generation and forward/backward under bfloat16 autocast; master weights, optimizer "
         "state, log-softmax and the loss stay float32. 'auto': bf16 where the device multiplies bfloat16 natively "
         "(GPUs from Ampere on; CPUs with AVX512-BF16, AMX or Arm BF16), else fp32 (an AVX2-only CPU runs bf16 products "
-        "on a loop 13-18x slower per step); the run's config.yaml records the choice.",
+        "on a reference loop, many times slower per step); the run's config.yaml records the choice.",
     )
     forward: Literal["packed", "shared_prefix", "padded"] = Field(
         "packed",
@@ -220,7 +220,7 @@ class TrainConfig(Section):
         False,
         description="Compile each decoder layer of the training model with torch.compile (inductor, dynamic shapes; "
         "grove.models.compiled_layers): fused elementwise work around the matrix products. Costs one compilation "
-        "(10-30 s on a CPU) in the first update, then each update is shorter (bf16 on a 2-core CPU: 13-18%). Same numbers "
+        "in the first update, then each update is shorter (benchmarks/vs_trl.py; docs/benchmarks.md). Same numbers "
         "as eager up to float rounding. Needs a C++ compiler on a CPU; one process only (not with DDP / FSDP2).",
     )
     old_logprobs: Literal["auto", "recompute"] = Field(
@@ -301,7 +301,18 @@ class EvalConfig(Section):
 
 
 class CheckpointConfig(Section):
-    every: int = Field(10, ge=1, description="Save a checkpoint every N steps (and always at the end).")
+    @field_validator("every", mode="before")
+    @classmethod
+    def _null_is_off(cls, v: object) -> object:
+        return 0 if v is None else v
+
+    every: int = Field(
+        10,
+        ge=0,
+        description="Save a checkpoint every N steps, and always at the end (and when a signal stops the run). 0 or "
+        "null: no periodic checkpoints, only the one at the end, which resume, `model.init_from` and the model "
+        "`grove sft` exports read.",
+    )
     keep_last: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
 
 

@@ -78,7 +78,7 @@ def gather_rows(values: Tensor, index: Tensor) -> Tensor:
     KV cache fanned out to its responses) turns the backward into a scatter-add. On a CPU, advanced indexing's
     backward (``index_put_(accumulate=True)``) adds the repeats with atomic float adds from several threads, in an
     order that changes from run to run (one gather of 8 spread repeats, 2 threads: 139 distinct gradients in 300
-    backward passes; in training, two runs with the same seed drifted apart from the first update on, issue 16),
+    backward passes; in training, two runs with the same seed drifted apart from the first update on),
     while ``index_select``'s backward (``index_add_``) adds them in index order. On CUDA it is the other way
     round (``index_add_`` uses atomics, advanced indexing's backward sorts: PyTorch's
     ``torch.use_deterministic_algorithms`` notes), so there the plain indexing is used."""

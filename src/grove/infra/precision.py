@@ -7,8 +7,9 @@ log-softmax in float32 and the loss is float32. The rollout-vs-training log-prob
 corrects for it.
 
 bf16 is only fast where the hardware multiplies bf16 natively. On a CPU without oneDNN bf16 kernels (an AVX2-only
-x86 CPU, e.g. the AMD EPYC of ``docs/benchmarks.md``) PyTorch falls back to a reference bf16 product: 15.7 GFLOP/s
-against 92.8 GFLOP/s in float32 on that machine, and a bf16 training step 13–18× slower than the fp32 one.
+x86 CPU) PyTorch falls back to a reference bf16 product, several times slower than float32 per product and per
+training step (``benchmarks/roofline.py`` and ``benchmarks/vs_trl.py`` on an AVX2-only CPU; results in
+``docs/benchmarks.md``).
 :func:`native_bf16_products` answers the question; :func:`slow_bf16_warning` words the warning ``grove train``,
 ``grove config show`` and ``grove eval`` print for such a run.
 """

@@ -5,23 +5,26 @@ memory allocator policy and the sizes of the two oneDNN operator caches (``threa
 Why the allocator matters: glibc serves every allocation above its mmap threshold (at most 32 MiB with the
 default dynamic threshold) with a fresh ``mmap`` and returns it with ``munmap`` on free. An RL step
 allocates and frees ``[tokens, vocab]`` float32 buffers of 50-200 MB many times, and every fresh mapping is
-page-faulted in again (a 64 MB ``exp`` measured 27 ms into a fresh buffer vs 7 ms into a reused one).
+page-faulted in again (writing into a fresh buffer costs several times writing into a reused one).
 ``retain`` raises the mmap threshold to 1 GiB and the trim threshold to 2 GiB with ``mallopt``, so those
 buffers are recycled inside the heap; it is the effect the PyTorch CPU tuning guide gets from jemalloc or
-tcmalloc via ``LD_PRELOAD``, without a preload. Measured in the trainer on the TRL benchmark: the policy
-update ≈ 7% faster, peak RSS +0-0.16 GB (``docs/benchmarks.md``).
+tcmalloc via ``LD_PRELOAD``, without a preload: a faster policy update at about the same peak RSS (measured by
+``benchmarks/vs_trl.py --impls grove --set host_allocator=system`` against ``=retain``; results in
+``docs/benchmarks.md``).
 
 Why the operator cache matters: PyTorch's oneDNN integration (ideep) keeps the operator it set up for each
 input shape in an LRU cache of ``LRU_CACHE_CAPACITY`` entries (1024 by default), and each entry keeps its oneDNN
 primitive alive (a few hundred KB of JIT kernels and descriptors for a bf16 product) even after oneDNN's own
 primitive cache has let it go. An RL step meets a new shape at every decode step (the cached length grows,
-finished rows drop) and in every micro-batch, so the cache fills over the first steps of a run: measured on the
-TRL benchmark in bf16, +0.55 GB of heap in use by step 7, then flat. With 64 entries the same run levels off
-0.33 GB lower at the same speed. oneDNN's own primitive cache (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``, 1024) holds the
-rest, and its primitives, created during the update among the update's short-lived buffers, also fragment the heap
-(its size at the update's peak grew 3.4 → 4.1 GB over steps 3-6): 128 entries took the 6-step bf16 run's peak RSS
-from 4.37 to 3.76 GiB with the same samples and no slower steps (a miss re-creates a JIT kernel: generation alone was
-≈ 6% slower at 256 entries, but whole steps were not). Variables set in the environment win over the config.
+finished rows drop) and in every micro-batch, so the cache fills over the first steps of a run, and the heap in
+use grows with it until the cache is full. With 64 entries a run levels off lower at the same speed.
+oneDNN's own primitive cache (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``, 1024) holds the rest, and its primitives,
+created during the update among the update's short-lived buffers, also fragment the heap (its size at the update's
+peak grows over the steps): 128 entries lower a bf16 run's peak RSS with the same samples and no slower steps (a
+miss re-creates a JIT kernel: generation alone is slightly slower at 256 entries, whole steps are not). Both are
+measured by ``benchmarks/step_memory.py`` (``--set mkldnn_lru_cache_entries=null``,
+``--set onednn_primitive_cache_entries=null``); results in ``docs/benchmarks.md``. Variables set in the environment
+win over the config.
 """
 
 from __future__ import annotations

@@ -33,8 +33,9 @@ gradient is added straight into ``weight.grad`` by the backward, and autograd re
 ``[V, H]`` float32 gradient then never exists as a separate buffer. Without this, autograd holds that buffer for
 a tied embedding (SmolLM2's) from the head's backward, the first step of backward, until the embedding's
 backward, the last, adds its part; and a bf16 product is first widened to float32. With the softmax buffers
-freed before the weight product (below), the bf16 update's peak heap in use fell 2.33 → 2.22 GiB
-(``docs/benchmarks.md``, issue 16). ``weight.grad`` receives the same sum, in a different order of float additions.
+freed before the weight product (below), the bf16 update's peak heap in use is lower (measured with
+``benchmarks/step_memory.py``; results in ``docs/benchmarks.md``). ``weight.grad`` receives the same sum, in a
+different order of float additions.
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ def reusing_weight_casts() -> Iterator[None]:
     and backward.
 
     For the micro-batches of one optimizer step, while the weights do not change (the update loop opens it per
-    mini-batch): under bf16 autocast each cast of SmolLM2's float32 ``[49152, 576]`` head cost ~50 ms on the
-    CPU, 8 times per step. A cast is reused only for the same tensor at the same version counter; the
+    mini-batch): under bf16 autocast each cast of SmolLM2's float32 ``[49152, 576]`` head reads 113 MB and writes
+    57 MB, 8 times per step. A cast is reused only for the same tensor at the same version counter; the
     block's casts are dropped when it closes."""
     global _weight_casts
     outer = _weight_casts

@@ -4,8 +4,8 @@
 micro-batch, adds the looked-up rows' gradients into it, and autograd then adds that buffer into ``weight.grad``:
 for SmolLM2's 49,152 × 576 float32 embedding, a 113 MB fill and a 113 MB add per micro-batch, whatever the few
 hundred tokens it looked up. Without them the fp32 update of the TRL benchmark's batch (8 micro-batches, every
-sample computed) took 11.51 instead of 12.38 s on the 2-core CPU, unprofiled and alternated (docs/benchmarks.md,
-issue 16); bf16 was unchanged.
+sample computed) is shorter and the bf16 one unchanged (``benchmarks/update_speed.py`` and ``benchmarks/vs_trl.py
+--set train.skip_zero_advantage=false``; results in docs/benchmarks.md).
 
 :func:`embed_tokens` returns the same rows (``weight[ids]``), and inside
 :func:`grove.kernels.output_projection.accumulating_weight_gradient_in_place` (the single-process update opens it;

@@ -8,10 +8,10 @@ compilation serves all of them (``nn.Module.compile`` with the module's paramete
 ``dynamic=True`` lets one graph take every micro-batch length. The output projection and the loss stay eager
 (:mod:`grove.kernels.output_projection` already avoids the ``[tokens, vocab]`` logits tensor).
 
-Measured on the vs-TRL work (docs/benchmarks.md, issue 16): the compilation costs 10–30 s once, in the first
-update (a few seconds when inductor's on-disk cache holds it); each later bf16 update is 13–18% shorter on a
-2-core Intel CPU with AMX. Inductor reorders and fuses
-float arithmetic, so the numbers equal eager's up to float rounding (tested to 1e-5 relative in float32), not
+The compilation is paid once, in the first update (less when inductor's on-disk cache already holds it); each
+later update is shorter, most in bf16 (measured by ``benchmarks/vs_trl.py``'s ``…-compiled`` workers and
+``benchmarks/micro_batch_size.py --set train.compile=true``; results in docs/benchmarks.md). Inductor reorders and
+fuses float arithmetic, so the numbers equal eager's up to float rounding (tested to 1e-5 relative in float32), not
 bit for bit. Generation runs on its own copy of the weights and is not compiled.
 
 On a CPU inductor writes and builds C++: it needs a C++ compiler on ``PATH``. Launches with several ranks

@@ -17,6 +17,7 @@ from grove.models.padded_forward import (
     scored_tokens,
     token_inputs,
 )
+from grove.rollout.cache_keyword import cache_argument
 
 __all__ = [
     "SharedPrefixes",
@@ -159,7 +160,7 @@ def forward_with_shared_prefixes(
     cache = DynamicCache(config=model.config)
     backbone(
         **token_inputs(backbone, prefix_ids), attention_mask=prefix_mask.long(), position_ids=prefix_positions,
-        past_key_values=cache, use_cache=True,
+        **cache_argument(backbone, cache), use_cache=True,
     )
     _fan_out_cache(cache, inverse)  # each group's keys/values, once per row
     # each row's remaining prompt tokens (at least one), then its response
@@ -170,7 +171,7 @@ def forward_with_shared_prefixes(
         **token_inputs(backbone, torch.cat([rest_ids, response_ids], dim=1)),
         attention_mask=torch.cat([prefix_mask.long()[inverse], tail_mask], dim=1),
         position_ids=row_shared[:, None] + (tail_mask.cumsum(-1) - 1).clamp(min=0),
-        past_key_values=cache,
+        **cache_argument(backbone, cache),
         use_cache=True,
     ).last_hidden_state
     rest_width, r = rest_ids.shape[1], response_ids.shape[1]

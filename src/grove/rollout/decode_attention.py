@@ -2,13 +2,14 @@
 ``grove_sdpa``.
 
 In a decode step each row has one query token. PyTorch's CPU ``scaled_dot_product_attention`` runs its
-flash-attention kernel for it, whose per-call overhead dominates at these sizes: on the 2-core CPU, for
-SmolLM2's ``[64 rows, 3 KV heads × 3 query heads, 1, 64]`` query against 60–110 cached tokens, 0.46–1.16 ms
-per layer in bf16 against 0.20–0.40 ms for ``softmax(q kᵀ · scale + mask) v`` written as two batched matmuls
-with the softmax in float32 (docs/benchmarks.md). Grouped-query heads are folded into the query length
-(``[B, H, L, D] → [B, KV, H/KV · L, D]``), so the cached keys and values are read in place, never repeated per
-head. A bf16 prefill with a mask (a multi-turn rollout's new tokens against their cached context) runs the same
-way: 2.6 instead of 4.7 ms per layer for 8 rows of 50 new tokens against 650 cached ones.
+flash-attention kernel for it, whose per-call overhead dominates at these sizes: for SmolLM2's
+``[64 rows, 3 KV heads × 3 query heads, 1, 64]`` query against 60–110 cached tokens, ``softmax(q kᵀ · scale +
+mask) v`` written as two batched matmuls with the softmax in float32 is faster per layer in bf16
+(``benchmarks/decode_attention.py``; results in docs/benchmarks.md). Grouped-query heads are folded into the
+query length (``[B, H, L, D] → [B, KV, H/KV · L, D]``), so the cached keys and values are read in place, never
+repeated per head. A bf16 prefill with a mask (a multi-turn rollout's new tokens against their cached context)
+runs the same way, also faster than SDPA there (``benchmarks/multi_turn_rollout.py --precision bf16``; results in
+docs/benchmarks.md).
 
 Other no-grad CPU prefills with a mask (fp32, where the matmul form is slower than PyTorch's kernel) call SDPA with
 grouped-query heads instead of transformers' per-head copies of the keys and values. ``grove_sdpa`` is

@@ -1,16 +1,14 @@
 """Row selection in the decode loop's KV cache: dropping finished rows, fanning a prompt's row out to its samples.
 
 transformers' ``DynamicLayer.batch_select_indices`` selects rows by advanced indexing (``keys[indices, ...]``),
-a generic gather on a CPU; ``index_select`` along the batch dimension copies whole rows. For one SmolLM2
-layer's cache ``[64, 3, 100, 64]``, keeping 56 rows took 204 µs as ``keys[indices]`` and 71 µs with
-``index_select`` in bf16 (225 vs 157 µs in fp32); a 64-token generation of 8 × 8 completions drops rows ≈ 35
-times over 60 tensors: 4.53 → 4.23 s in bf16, 8.10 → 7.90 s in fp32, the same samples (docs/benchmarks.md,
-issue 16).
+a generic gather on a CPU; ``index_select`` along the batch dimension copies whole rows, faster per layer in bf16
+and in fp32 (``benchmarks/cache_row_selection.py``; results in docs/benchmarks.md). A 64-token generation of 8 × 8
+completions drops rows ≈ 35 times over 60 tensors, so the whole generation is shorter too, with the same samples.
 
 Not here, measured: buffers with room reserved for the decode steps (each step writing its keys in place
-instead of ``DynamicLayer.update``'s ``torch.cat``). In fp32 the profile's ``cat`` time fell from 1.55 s to
-0.06 s of an 8 s generation and the attention's products over the buffer views rose from 0.54 to 0.70 s, but
-the wall time moved only 7.71 → 7.63 s (1%); in bf16 PyTorch's CPU products copy such views.
+instead of ``DynamicLayer.update``'s ``torch.cat``). In fp32 they remove almost all of the ``cat`` time but make
+the attention's products over the buffer views slower, so the wall time barely moves; in bf16 PyTorch's CPU
+products copy such views (``benchmarks/decode_step_parts.py``, part 5; results in docs/benchmarks.md).
 """
 
 from __future__ import annotations

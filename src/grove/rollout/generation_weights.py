@@ -1,11 +1,11 @@
 """A bfloat16 copy of the policy for generation, refreshed after every optimizer step.
 
 Decoding is bound by reading the weights once per token step (0.54 GB for the 135M default in
-float32). Generating from a bfloat16 copy halves those bytes: on the 2-core CPU, 1.32× the
-generated tokens/s of float32 weights under bf16 autocast (``docs/benchmarks.md``). The copy costs
-half the weights' memory, and the sampler's log-probs then come from a bfloat16 model, so the
-rollout-vs-training mismatch (``logprob_mismatch_max``) grows; ``train.old_logprobs: recompute``
-with ``algorithm.rollout_correction`` corrects for it where that matters (the same trade-off as
+float32). Generating from a bfloat16 copy halves those bytes and raises the generated tokens/s over float32
+weights under bf16 autocast (``benchmarks/vs_trl.py`` with and without ``--set rollout.bf16_weights=false``;
+results in ``docs/benchmarks.md``). The copy costs half the weights' memory, and the sampler's log-probs then
+come from a bfloat16 model, so the rollout-vs-training mismatch (``logprob_mismatch_max``) grows;
+``train.old_logprobs: recompute`` with ``algorithm.rollout_correction`` corrects for it where that matters (the same trade-off as
 generating with vLLM in bf16 and training in fp32).
 
 Under FSDP2 the training module's parameters are shards, and decoding through it would all-gather every
@@ -21,8 +21,8 @@ Rebuilding costs one cast of the weights per optimizer step, the same pass the i
 With ``prepack=True`` (``rollout.prepacked_weights``, on by default; it applies to a float32 or bfloat16 copy
 on a CPU with oneDNN, bfloat16 only where oneDNN has bfloat16 kernels) the copy's linear layers hold their
 weights in oneDNN's blocked layout (:mod:`grove.rollout.prepacked_linear`): bit-identical in bf16, float32
-rounding in fp32, 1.5–2× faster products at decode shapes; each refresh packs the new weights again (≈ 0.15 s
-for the 135M default).
+rounding in fp32, faster products at decode shapes (``benchmarks/generation_levers.py``); each refresh packs the
+new weights again (one reorder per linear weight).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
+from grove.rollout.cache_keyword import cache_argument
 from grove.rollout.decode_attention import use_decode_attention
 from grove.rollout.decode_cache import select_cache_rows
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
@@ -214,7 +215,7 @@ class TransformersEngine(RolloutEngine):
             attn = torch.cat([attn, attn.new_ones(len(active), 1)], dim=1)
             out = self.model(
                 input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                past_key_values=cache, use_cache=True,
+                **cache_argument(self.model, cache), use_cache=True,
             )
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
@@ -228,12 +229,12 @@ class TransformersEngine(RolloutEngine):
 
         The last position is picked with an index tensor, not ``logits_to_keep=1``: the slice ``[:, -1:]`` of
         ``[rows, T, H]`` hidden states is not contiguous, and a linear layer on it runs as a batched matmul over
-        ``rows`` expanded copies of the output projection's weight (a prefill of 8 SmolLM2 prompts in bf16 took
-        916 ms instead of 396 ms); the index gives a contiguous ``[rows, 1, H]`` and one matrix product."""
+        ``rows`` expanded copies of the output projection's weight (a much slower prefill: docs/benchmarks.md);
+        the index gives a contiguous ``[rows, 1, H]`` and one matrix product."""
         last = torch.tensor([ids.shape[1] - 1], device=ids.device)
         out = self.model(
             input_ids=ids, attention_mask=attn, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=last,
+            **cache_argument(self.model, cache), use_cache=True, logits_to_keep=last,
         )
         return out.logits[:, -1, :]
 

@@ -2,7 +2,7 @@
 
 A causal decoder's keys and values at positions ``0..p-1`` depend only on tokens ``0..p-1``, so a prompt that
 starts with ``p`` tokens the engine has already run through the model can take their cached keys and values
-and prefill only its remaining tokens. Two sources of such prefixes (docs/benchmarks.md, issue 16):
+and prefill only its remaining tokens. Two sources of such prefixes (docs/benchmarks.md):
 
 * **within one call**: the longest prefix shared by the distinct prompts of a batch (the system instructions
   every environment's prompt starts with) is prefilled once, as one row, and copied to every row;

@@ -2,15 +2,17 @@
 
 On the CPU, a bfloat16 ``F.linear`` hands the ``[out, in]`` weight to oneDNN, which reorders it into its
 blocked layout on **every call**: at decode shapes (1 to 64 rows) that reorder costs as much as the product.
-A profile of one SmolLM2-135M decode step in bf16 on the 2-core CPU puts 72% of the one-row step and 58% of
-the 64-row step in these products (docs/benchmarks.md, issue 16). Reordering each weight once, when the
-generation copy is (re)built, with ``torch.ops.mkldnn._reorder_linear_weight``, and running the product with
-``torch.ops.mkldnn._linear_pointwise`` (the pair PyTorch's own inductor uses for frozen CPU linear layers)
-gives, for the 210 SmolLM2 body products interleaved 7×:
+In a profile of one SmolLM2-135M decode step in bf16 these products take most of the step, at one row and
+at 64 rows alike. Reordering each weight once, when the generation copy is (re)built, with
+``torch.ops.mkldnn._reorder_linear_weight``, and running the product with ``torch.ops.mkldnn._linear_pointwise``
+(the pair PyTorch's own inductor uses for frozen CPU linear layers) skips the per-call reorder:
 
-* bfloat16: **the same values bit for bit**, 41.3 → 20.6 ms at 1 row (2.0×), 90.5 → 59.0 ms at 64 rows (1.53×);
+* bfloat16: **the same values bit for bit**, faster products at decode shapes;
 * float32 (against MKL's sgemm): the same products summed in oneDNN's order (differences at float32 rounding,
-  ≈ 1e-4 on logits), 40.0 → 30.4 ms at 1 row, 160.6 → 92.5 ms at 64 rows (1.74×).
+  ≈ 1e-4 on logits), also faster at decode shapes.
+
+The speed-ups are measured by ``benchmarks/generation_levers.py`` (generation alone, plain vs prepacked) and
+``benchmarks/roofline.py --decode-steps-timed`` (the one-token decode step); results in docs/benchmarks.md.
 
 The packed weight is an opaque oneDNN tensor: it cannot be deep-copied, saved, moved or trained, so only a
 frozen copy that is rebuilt from the policy after each optimizer step uses it

@@ -2,8 +2,7 @@
 
 **Why.** Full fine-tuning keeps per parameter a float32 weight, its float32 gradient and AdamW's two float32
 moments: 16 bytes, of which the moments are 8. Storing the moments in bfloat16 saves 4 bytes per parameter
-(0.54 GB for the 135M default), the largest single cut of a bf16 step's peak memory (docs/benchmarks.md,
-issue 16).
+(0.54 GB for the 135M default), the largest single cut of a bf16 step's peak memory (docs/benchmarks.md).
 
 **The update** is torch's AdamW (Loshchilov & Hutter, *Decoupled Weight Decay Regularization*, 2019), computed
 in float32 on a float32 copy of each moment chunk:

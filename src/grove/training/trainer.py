@@ -285,7 +285,7 @@ class Trainer:
                     if result is not None:
                         sampled = describe_sampled(result.extra)
                         progress.note(f"step {self.step}: held-out {result.report}" + (f"; {sampled}" if sampled else ""))
-                if self.step % cfg.checkpoint.every == 0 or last:
+                if (cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0) or last:
                     save_run_checkpoint(self.run_dir, self.step, self.state, cfg.checkpoint.keep_last)
                 if stopping:
                     self.logger.close()
