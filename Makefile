@@ -37,11 +37,12 @@ demo: $(STAMP)
 browser:
 	-@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; } || true
 
+# on every core (pytest-xdist: one worker per core, the tests spread over them)
 test: $(STAMP) browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n auto -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from grove.infra.runtime import configure_runtime
 from grove.models.compiled_layers import decoder_layers
 from grove.models.pretrained import load_policy
+from grove.rollout.cache_keyword import cache_argument
 from grove.rollout.decode_attention import decode_attention
 from grove.rollout.engine import SamplingParams
 from grove.rollout.generation_weights import GenerationWeights
@@ -87,11 +88,12 @@ class DecodeLayer(nn.Module):
             setattr(self, name, child)
         self.first, self.second = first, second
 
-    def forward(self, hidden_states, attention_mask=None, past_key_values=None, position_embeddings=None, **kwargs):
-        if hidden_states.shape[1] != 1 or past_key_values is None:
+    def forward(self, hidden_states, attention_mask=None, cache=None, position_embeddings=None, **kwargs):
+        cache = cache if cache is not None else kwargs.pop("past_key_values", None)  # its name before transformers 5.2x
+        if hidden_states.shape[1] != 1 or cache is None:
             return self.transformers_layer(hidden_states, attention_mask=attention_mask,
-                                           past_key_values=past_key_values, position_embeddings=position_embeddings,
-                                           **kwargs)
+                                           **cache_argument(self.transformers_layer, cache),
+                                           position_embeddings=position_embeddings, **kwargs)
         attn, mlp, config = self.self_attn, self.mlp, self.self_attn.config
         cos, sin = position_embeddings
         # the engine decodes under torch.compiler.set_stance("force_eager") (for layers compiled for training)
@@ -101,7 +103,7 @@ class DecodeLayer(nn.Module):
                 attn.k_proj.packed, attn.v_proj.packed, cos, sin, config.num_attention_heads,
                 config.num_key_value_heads, attn.head_dim,
             )
-            k, v = past_key_values.update(k, v, attn.layer_idx)
+            k, v = cache.update(k, v, attn.layer_idx)
             mask = attention_mask[:, :, -1:, : k.shape[2]] if attention_mask is not None else None
             return self.second(
                 hidden_states, q, k, v, mask, attn.scaling, attn.o_proj.packed, self.post_attention_layernorm.weight,

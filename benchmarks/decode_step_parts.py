@@ -32,6 +32,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from grove.infra.runtime import configure_runtime
 from grove.models.compiled_layers import decoder_layers
 from grove.models.pretrained import load_policy
+from grove.rollout.cache_keyword import cache_argument
 from grove.rollout.decode_attention import decode_attention, use_decode_attention
 from grove.rollout.generation_weights import GenerationWeights
 
@@ -51,14 +52,14 @@ def step_ms(model: nn.Module, layers: list[nn.Module], rows: int, cached: int, r
     model.config.num_hidden_layers = len(layers)
     cache = DynamicCache(config=model.config)
     vocab = model.config.vocab_size
-    model(input_ids=torch.randint(vocab, (rows, cached)), past_key_values=cache, use_cache=True)
+    model(input_ids=torch.randint(vocab, (rows, cached)), **cache_argument(model, cache), use_cache=True)
     step_ids = torch.randint(vocab, (rows, 1))
     mask = torch.ones(rows, cached + 1, dtype=torch.long)
     positions = torch.full((rows, 1), cached)
     times = []
     for _ in range(repeats + 3):
         start = time.perf_counter()
-        model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+        model(input_ids=step_ids, attention_mask=mask, position_ids=positions, **cache_argument(model, cache), use_cache=True)
         times.append((time.perf_counter() - start) * 1e3)
         for layer in cache.layers:
             layer.keys, layer.values = layer.keys[:, :, :cached], layer.values[:, :, :cached]

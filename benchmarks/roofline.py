@@ -49,6 +49,7 @@ import time
 import torch
 
 from grove.models.pretrained import resolve_model_path
+from grove.rollout.cache_keyword import cache_argument
 
 
 def run_seconds(fn, repeats: int, warmup: int = 1) -> list[float]:
@@ -97,13 +98,13 @@ def decode_step_ms(model, rows: int, context: int, dtype: torch.dtype) -> float:
     ids = torch.randint(min(100, model.config.vocab_size - 1), min(1000, model.config.vocab_size), (rows, context))
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
-        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=ids, **cache_argument(model, cache), use_cache=True, logits_to_keep=1)
         times = []
         for step in range(12):
             mask = torch.ones(rows, context + step + 1, dtype=torch.long)
             start = time.perf_counter()
             model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=torch.full((rows, 1), context + step),
-                  past_key_values=cache, use_cache=True)
+                  **cache_argument(model, cache), use_cache=True)
             times.append(time.perf_counter() - start)
     return sorted(times[2:])[len(times[2:]) // 2] * 1000
 

@@ -22,6 +22,7 @@ wrapping.
 from __future__ import annotations
 
 import shutil
+import warnings
 
 import torch
 from torch import nn
@@ -29,6 +30,10 @@ from torch import nn
 from grove.models.padded_forward import decoder_backbone
 
 __all__ = ["CompileUnavailable", "compile_decoder_layers", "decoder_layers"]
+
+# torch's own inductor imports torch.utils.mkldnn, whose ScriptModule uses torch's deprecated torch.jit.script_method:
+# a notice about torch's internals, not about anything a user or grove calls
+warnings.filterwarnings("ignore", message=r"`torch\.jit\.script_method` is deprecated", category=DeprecationWarning)
 
 
 class CompileUnavailable(RuntimeError):
