@@ -426,3 +426,48 @@ def test_an_agent_sample_holding_one_step_records_that_steps_anchor():
                       reward=zeros.float(), penalty=zeros.float(), terminal=torch.tensor([True, True, False, True]))
     assert _single_step_anchors(SimpleNamespace(steps=steps, num_samples=4)) == [5, 7, None, None]
     assert _single_step_anchors(SimpleNamespace(steps=None, num_samples=2)) == [None, None]
+
+
+def test_each_agent_turn_records_the_parts_of_its_gigpo_advantage(tiny_model, tmp_path):
+    from tests.test_experience_environments import ENV_BASE
+
+    for prompt in ("per_step", "conversation"):
+        out = tmp_path / prompt
+        settings = {**ENV_BASE, "model.name": tiny_model, "output_dir": out, "env.prompt": prompt, "train.steps": 1,
+                    "eval.before_training": False, "logging.token_details.every": 1, "algorithm.advantage.id": "gigpo",
+                    "algorithm.advantage.step_advantage_weight": 0.5}
+        Trainer(load_config(None, [f"{k}={v}" for k, v in settings.items()]), out).run()
+        written = _read(out / "token_details.jsonl")
+        assert written
+        for rec in written:
+            parts = rec["step_advantages"]
+            assert parts and [p["turn"] for p in parts] == sorted(p["turn"] for p in parts)
+            assert all(set(p) == {"turn", "episode", "step"} for p in parts)
+            trained = [a for a, m in zip(rec["advantage"], rec["loss_mask"], strict=True) if m]
+            if prompt == "per_step":  # one step per sample: its tokens carry A^E + ω·A^S
+                (part,) = parts
+                assert part["turn"] == rec["turn"]
+                assert all(a == pytest.approx(part["episode"] + part["step"], rel=2e-3, abs=2e-4) for a in trained)
+            else:  # the conversation's tokens carry each of its turns' sums
+                sums = [p["episode"] + p["step"] for p in parts]
+                assert all(any(a == pytest.approx(s, rel=2e-3, abs=2e-4) for s in sums) for a in trained)
+
+
+def test_the_step_advantage_parts_follow_each_samples_steps_in_turn_order():
+    from types import SimpleNamespace
+
+    from grove.batch import StepTable
+    from grove.pipeline.token_details import _step_advantage_parts
+
+    zeros = torch.zeros(4, dtype=torch.long)
+    steps = StepTable(sample=torch.tensor([1, 0, 1, 1]), group=zeros, trajectory=torch.tensor([1, 0, 1, 1]),
+                      index=torch.tensor([2, 0, 0, 1]), anchor=zeros, reward=zeros.float(), penalty=zeros.float(),
+                      terminal=torch.tensor([True, True, False, False]),
+                      columns={"advantage_episode": torch.tensor([1.0, 2.0, 1.0, 1.0]),
+                               "advantage_step": torch.tensor([0.5, float("nan"), -0.25, 0.125])})
+    parts = _step_advantage_parts(SimpleNamespace(steps=steps, num_samples=3))
+    assert parts[0] == [{"turn": 0, "episode": 2.0, "step": None}]
+    assert parts[1] == [{"turn": 0, "episode": 1.0, "step": -0.25}, {"turn": 1, "episode": 1.0, "step": 0.125},
+                        {"turn": 2, "episode": 1.0, "step": 0.5}]
+    assert parts[2] == []
+    assert _step_advantage_parts(SimpleNamespace(steps=None, num_samples=2)) == [None, None]

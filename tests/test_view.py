@@ -89,6 +89,7 @@ def write_agent_token_details(run: Path) -> None:
                     "tokens": tokens, "logprob": [-1.0] * n, "entropy": [0.3] * n, "advantage": [0.25 - index * 0.1] * n,
                     "loss_mask": [1] * n, "kept": None, "rewards": {"env_reward": entry["reward"]},
                     "sequence_advantage": 0.25 - index * 0.1,
+                    "step_advantages": [{"turn": turn, "episode": 0.2, "step": round(0.05 - index * 0.1, 4)}],
                 })
         first = trajectories[0]
         tokens, mask = [], []
@@ -432,7 +433,8 @@ def screenshot(browser, path: Path, selector: str | None = None, hover: str | No
 
 def test_browser_agent_report(agent_run, tmp_path):
     """The agent run's report in headless Chromium: no JavaScript error, its sections, a trajectory expanded by a
-    click with its turns and coloured tokens, environment tokens marked as not trained on."""
+    click with its turns, each turn's advantage parts and coloured tokens, environment tokens marked as not trained
+    on."""
     browser = browser_or_skip()
     try:
         index = build_report(agent_run, tmp_path / "view")
@@ -448,6 +450,8 @@ def test_browser_agent_report(agent_run, tmp_path):
         card = browser.find_element("css selector", "#trajectories .trajectory.open")
         turns = card.find_elements("css selector", ".turn")
         assert turns and turns[0].is_displayed() and "observation" in turns[0].text.lower()
+        parts = turns[0].find_element("css selector", ".adv-parts").text  # GiGPO's A^E and ω·A^S of the turn
+        assert parts.startswith("advantage") and "episode" in parts and "step" in parts
         shots.choose(browser, "#trajectories .colour-select", "advantage")
         card = browser.find_element("css selector", "#trajectories .trajectory")
         card.find_element("css selector", ".traj-summary").click()

@@ -11,7 +11,8 @@ then runs :class:`CreditAssignment` on it, in this order:
    aggregator's combination of the batch's objectives (``algorithm.reward_aggregation``: the renormalisations of
    GDPO and MO-GRPO see exactly the trained batch);
 4. with ``kl.placement: reward``, ``β·Σ_t KL_t`` over each sample's policy tokens subtracted from its score;
-5. advantages from the registered estimator (``algorithm.advantage``), then, with several objectives, the
+5. advantages from the registered estimator (``algorithm.advantage``; a step-level estimator's parts, GiGPO's A^E
+   and ω·A^S, become ``advantage_<part>`` columns of the step table), then, with several objectives, the
    per-objective statistics (``objective/*``).
 
 Any credit step is a :class:`Credit`: it also says what the step's metrics record of the experience it scored
@@ -129,7 +130,7 @@ class CreditAssignment:
         out = run_estimator(self.advantage_fn, batch, scores, self.advantage_params)
         stats["advantage_seconds"] = time.perf_counter() - start
         stats.update({f"advantage/{k}": v for k, v in out.stats.items()})
-        batch = batch.replace(advantages=out.advantages)
+        batch = out.applied_to(batch)
         if aggregated is not None and batch.rewards.shape[1] > 1:
             stats.update(_objective_statistics(batch, aggregated))
         samples = scored.samples if scored.samples is not None else self._batch_samples(batch)

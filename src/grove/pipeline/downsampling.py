@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from torch import Tensor
 
 from grove.batch import RolloutBatch
-from grove.core.advantages import AdvantageFn
+from grove.core.advantages import AdvantageFn, run_estimator
 from grove.core.keep_ratio_schedules import KeepRatioSchedule
 from grove.core.selection import keep_count, select_samples, select_tokens, token_scores
 from grove.core.token_ops import row_mean
@@ -97,7 +97,7 @@ def select_rollouts(
     rows = keep.nonzero().flatten()
     kept, kept_scores = batch.select(rows), scores[rows]
     if selection.recompute_advantages:
-        kept = kept.replace(advantages=advantage_fn(kept, kept_scores, advantage_params))
+        kept = run_estimator(advantage_fn, kept, kept_scores, advantage_params).applied_to(kept)
     after = sequence_advantages(kept)
     metrics = {
         "selection/sample_keep_ratio": ratio,

@@ -26,6 +26,9 @@ tokens D^3S token selection kept. One JSON object per sample::
   update computed it (:class:`grove.pipeline.update_totals.TrainedTokens`: with scope ``batch`` or ``micro_batch`` it
   depends on the other rows ranked with it, so only the update knows it); the first epoch's mask. null when token
   selection is off, or when the update did not run (a non-finite advantage skips it).
+* ``step_advantages`` (agents, with a step-level estimator): the sample's environment steps in turn order, each
+  with the parts its advantage is the sum of, e.g. GiGPO's ``{"turn": 2, "episode": 0.5, "step": -0.25}``
+  (A^E and ω·A^S; Step-GRPO: ``step`` and, with ``outcome_weight``, ``episode``).
 * Every float is rounded to 4 significant digits (file size); NaN and infinities are null (a reward that does not
   apply to the sample is NaN in the batch).
 
@@ -149,6 +152,24 @@ def _single_step_anchors(samples: RolloutBatch) -> list[int | None]:
     return [int(a) if c == 1 else None for a, c in zip(anchor.tolist(), count.tolist(), strict=True)]
 
 
+def _step_advantage_parts(samples: RolloutBatch) -> list[list[dict[str, Any]] | None]:
+    """Each sample's environment steps with the parts of their advantage (the step table's ``advantage_<part>``
+    columns a step-level estimator leaves, e.g. GiGPO's ``episode`` and ``step``), in turn order:
+    ``[{"turn": t, "episode": a, "step": b}, ...]``; ``None`` without such columns."""
+    steps = samples.steps
+    names = sorted(n for n in (steps.columns if steps is not None else {}) if n.startswith("advantage_"))
+    if steps is None or not names:
+        return [None] * samples.num_samples
+    values = torch.stack([steps.columns[n].float() for n in names], 1)
+    order = torch.argsort(steps.sample * (int(steps.index.max()) + 1 if steps.num_steps else 1) + steps.index)
+    out: list[list[dict[str, Any]]] = [[] for _ in range(samples.num_samples)]
+    rounded = _finite_or_none(round_significant(values[order]).flatten().tolist())
+    for k, (row, turn) in enumerate(zip(steps.sample[order].tolist(), steps.index[order].tolist(), strict=True)):
+        part_values = rounded[k * len(names) : (k + 1) * len(names)]
+        out[row].append({"turn": turn, **{n.removeprefix("advantage_"): v for n, v in zip(names, part_values, strict=True)}})
+    return out
+
+
 def token_details_records(
     step: int,
     rows: Tensor,
@@ -178,6 +199,7 @@ def token_details_records(
     k = len(samples.reward_names)
     sequence_advantage = _finite_or_none(round_significant(row_mean(samples.advantages, samples.loss_mask)).tolist())
     anchors = _single_step_anchors(samples)
+    step_parts = _step_advantage_parts(samples)
     records = []
     for i, (row, sample_row, group, trajectory, turn) in enumerate(
         zip(rows.tolist(), sample_rows.tolist(), samples.group_index.tolist(), samples.trajectory_index.tolist(),
@@ -190,6 +212,7 @@ def token_details_records(
             "loss_mask": loss_mask[i], "kept": None if kept_rows is None else kept_rows[i],
             "rewards": dict(zip(samples.reward_names, rewards[i * k : (i + 1) * k], strict=True)),
             "sequence_advantage": sequence_advantage[i],
+            **({"step_advantages": step_parts[i]} if step_parts[i] is not None else {}),
         })
     return records
 

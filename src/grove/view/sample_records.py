@@ -49,7 +49,7 @@ def token_view(detail: dict[str, Any], max_tokens: int) -> dict[str, Any]:
         values = detail.get(name)
         view[name] = [1 if v else 0 for v in values[:max_tokens]] if isinstance(values, list) else None
     view["sequence_advantage"] = _short(detail.get("sequence_advantage"))
-    for key in ("turn", "anchor", "row", "group", "trajectory"):
+    for key in ("turn", "anchor", "row", "group", "trajectory", "step_advantages"):
         if key in detail:
             view[key] = detail[key]
     return view

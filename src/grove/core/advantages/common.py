@@ -31,10 +31,24 @@ __all__ = ["AdvantageFn", "AdvantageOutput", "check_scores", "constant_group", "
 
 @dataclass(frozen=True)
 class AdvantageOutput:
-    """An estimator's advantages ``[N, R]`` and statistics to log (names without a prefix)."""
+    """An estimator's advantages ``[N, R]`` and statistics to log (names without a prefix).
+
+    ``step_parts``: for a step-level estimator, the named parts its per-step advantage is the sum of, ``[S]`` each,
+    one value per row of the step table (GiGPO: ``episode`` = A^E and ``step`` = ω·A^S). The credit assignment adds
+    them to the step table as ``advantage_<name>`` columns, so the per-token records and ``grove view`` show each
+    part of every turn's advantage."""
 
     advantages: Tensor
     stats: dict[str, float] = field(default_factory=dict)
+    step_parts: dict[str, Tensor] = field(default_factory=dict)
+
+    def applied_to(self, batch: RolloutBatch) -> RolloutBatch:
+        """``batch`` with these advantages, and the step parts as ``advantage_<name>`` step-table columns."""
+        batch = batch.replace(advantages=self.advantages)
+        if self.step_parts and batch.steps is not None:
+            parts = {f"advantage_{name}": part.to(torch.float32) for name, part in self.step_parts.items()}
+            batch = batch.replace(steps=batch.steps.with_columns(**parts))
+        return batch
 
 
 #: the signature of a registered advantage estimator

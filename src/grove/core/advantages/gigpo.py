@@ -224,8 +224,10 @@ def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> Advantage
     a_step = step_advantages(
         steps, **params.model_dump(exclude={"episode_statistics", "episode_score", "step_advantage_weight"})
     )
-    advantages = steps_to_tokens(batch, a_episode + params.step_advantage_weight * a_step, dtype)
-    return AdvantageOutput(advantages, {**episode_stats(a_episode), **step_stats(a_step)})
+    weighted_step = params.step_advantage_weight * a_step
+    advantages = steps_to_tokens(batch, a_episode + weighted_step, dtype)
+    parts = {"episode": a_episode, "step": weighted_step}
+    return AdvantageOutput(advantages, {**episode_stats(a_episode), **step_stats(a_step)}, parts)
 
 
 @ADVANTAGE_ESTIMATORS.register(
@@ -243,7 +245,7 @@ def episode_grpo(batch: RolloutBatch, scores: Tensor, params: EpisodeGRPOParams)
     steps = require_steps(batch, "episode_grpo")
     dtype = step_output_dtype(check_scores(batch, scores), steps)
     a_episode = episode_advantages(steps, **params.model_dump())
-    return AdvantageOutput(steps_to_tokens(batch, a_episode, dtype), episode_stats(a_episode))
+    return AdvantageOutput(steps_to_tokens(batch, a_episode, dtype), episode_stats(a_episode), {"episode": a_episode})
 
 
 @ADVANTAGE_ESTIMATORS.register(

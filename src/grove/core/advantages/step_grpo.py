@@ -165,6 +165,7 @@ def step_grpo(batch: RolloutBatch, scores: Tensor, params: StepGRPOParams) -> Ad
         lone=params.lone,
     )
     total = a_step
+    parts = {"step": a_step}
     sizes = segment_count(segment, num).to(torch.float64)
     stats = {
         **step_stats(a_step),
@@ -181,5 +182,6 @@ def step_grpo(batch: RolloutBatch, scores: Tensor, params: StepGRPOParams) -> Ad
             unbiased_std=params.unbiased_std,
         )
         total = a_step + params.outcome_weight * a_episode
+        parts["episode"] = params.outcome_weight * a_episode
         stats.update(episode_stats(a_episode))
-    return AdvantageOutput(steps_to_tokens(batch, total, dtype), stats)
+    return AdvantageOutput(steps_to_tokens(batch, total, dtype), stats, parts)

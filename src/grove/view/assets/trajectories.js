@@ -40,6 +40,21 @@
     );
   }
 
+  // the parts of this turn's advantage a step-level estimator recorded (GiGPO: episode A^E and step ω·A^S), from
+  // the trajectory's token details: one record per turn (per-step prompts) or one for the whole conversation
+  function advantageParts(details, index) {
+    for (const d of details) {
+      const entry = (d.step_advantages || []).find((e) => e.turn === index);
+      if (entry) {
+        const parts = Object.entries(entry).filter(([k, v]) => k !== "turn" && G.isNum(v));
+        const total = parts.reduce((sum, [, v]) => sum + v, 0);
+        const text = parts.map(([k, v]) => `${k} ${G.fmt(v)}`).join(" + ");
+        return G.el("span", { class: "adv-parts", title: "the parts of this turn's advantage: episode (A^E) and step (ω·A^S)" }, `advantage ${G.fmt(total)} = ${text}`);
+      }
+    }
+    return null;
+  }
+
   function turnView(turn, index, details, ctx, anchors) {
     const key = anchorKey(turn.anchor);
     const invalid = turn.valid === false;
@@ -50,7 +65,8 @@
       G.el("div", { class: "turn-head" }, G.el("b", {}, `turn ${index + 1}`), anchorChip(key, anchors),
         invalid ? G.badge("invalid action", "bad") : null,
         G.el("span", { class: "reward" + (turn.reward > 0 ? " pos" : turn.reward < 0 ? " neg" : "") }, `reward ${G.fmt(turn.reward)}`),
-        G.isNum(turn.penalty) && turn.penalty !== 0 ? G.el("span", { class: "reward neg" }, `penalty ${G.fmt(turn.penalty)}`) : null),
+        G.isNum(turn.penalty) && turn.penalty !== 0 ? G.el("span", { class: "reward neg" }, `penalty ${G.fmt(turn.penalty)}`) : null,
+        advantageParts(details, index)),
       G.el("div", { class: "turn-grid" },
         G.el("div", {}, G.el("div", { class: "label" }, "observation"), G.el("pre", { class: "text obs" }, turn.observation || "")),
         G.el("div", {},
