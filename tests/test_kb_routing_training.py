@@ -88,6 +88,10 @@ def test_example_trains_and_reports_routing_metrics(tiny_model, tmp_path, method
         assert "advantage/step_groups" in rows[0] and "advantage/lone_step_fraction" in rows[0]
         samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
         assert samples, "samples.jsonl is empty"
+        details = [json.loads(x) for x in (out / "token_details.jsonl").read_text().splitlines()]
+        assert details and all("step" in part for d in details for part in d["step_advantages"])
+        view = run_cli(["view", str(out), "--out", str(tmp_path / "view")])  # the routing run's report
+        assert view.exit_code == 0 and (tmp_path / "view" / "index.html").exists(), view.output
 
 
 def test_grove_eval_prints_the_per_knowledge_base_table(tiny_model, tmp_path):

@@ -231,3 +231,16 @@ def test_demonstration_rows_train_exactly_their_masked_tokens(setup, tmp_path):
     (example,) = load_sft_examples([path], tokenizer, max_length=64)
     assert example.input_ids == [5, 6, 7, 8, 9, 10, 11]
     assert example.loss_mask == [0, 0, 0, 1, 1, 0, 1]
+
+
+def test_grove_view_reports_a_real_sft_run(setup, tmp_path):
+    from grove.view import build_report
+    from grove.view.run_contents import read_run
+
+    root, tiny, data, held = setup
+    out = tmp_path / "run"
+    Trainer(_cfg(tiny, data, out, 2, **{"sft.eval_data": f"[{held}]"}), out, kind="sft").run()
+    contents = read_run(out)
+    assert contents.kind == "sft" and [e["step"] for e in contents.evals] == [0, 2]
+    assert all("held_out_loss" in e for e in contents.evals)
+    assert build_report(out, tmp_path / "view") == tmp_path / "view" / "index.html"
