@@ -37,12 +37,13 @@ demo: $(STAMP)
 browser:
 	-@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; } || true
 
-# on every core (pytest-xdist: one worker per core, the tests spread over them)
+# on every core (pytest-xdist: one worker per core, the tests spread over them; tests marked with one
+# xdist_group, such as those loading the Human Phenotype Ontology, share a worker and its loaded data)
 test: $(STAMP) browser
-	$(PY) -m pytest -q -n auto
+	$(PY) -m pytest -q -n auto --dist loadgroup
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n auto -m "not slow"
+	$(PY) -m pytest -q -n auto --dist loadgroup -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts

@@ -496,6 +496,7 @@ def test_clinical_gold_completions_score_one_on_every_objective(tokenizer, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("hpo_ontology")  # with the other tests that load the ontology: one load per worker
 def test_clinical_gold_completions_score_one_on_real_cases(tokenizer, tmp_path):
     """Cases built from the ontology (~20 s), with and without a red-herring finding."""
     for extra in ({}, {"distractor_finding": True, "num_candidates": 5, "findings_shown": 3, "seed": 1}):

@@ -210,6 +210,7 @@ def medical(kb_cache):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("hpo_ontology")  # with the other tests that load the ontology: one load per worker
 def test_medical_disease_and_phenotype(medical):
     assert medical.name == "medical_hpo" and isinstance(medical, KnowledgeBase)
     kinds = [f["type"] for f in medical.fields]
