@@ -16,7 +16,18 @@ gymnasium and textworld are imported only when an environment of theirs is built
 ``docs/environments.md``.
 """
 
-from grove.envs import cliffwalking, frozenlake, kb_routing, sokoban, taxi, text_games  # noqa: F401  (register the environments)
+from grove.envs import (  # noqa: F401  (register the environments)
+    cliffwalking,
+    frozenlake,
+    gymnasium_text,
+    kb_routing,
+    openenv_servers,
+    sokoban,
+    taxi,
+    text_games,
+    textarena_games,
+    verifiers_envs,
+)
 from grove.envs.actions import ParsedAction
 from grove.envs.base import Environment, EnvironmentSuite, Observation, Transition
 from grove.envs.factory import build_environment

@@ -1,6 +1,13 @@
 """Tasks (train/eval prompt sets with gold answers), registered in ``TASKS`` on import."""
 
-from grove.tasks import arithmetic, clinical, files, ifeval  # noqa: F401  (register the built-in tasks)
+from grove.tasks import (  # noqa: F401  (register the built-in tasks)
+    arithmetic,
+    clinical,
+    files,
+    ifeval,
+    reasoning_gym_tasks,
+    verifiers_tasks,
+)
 from grove.tasks.task import (
     TASKS,
     Example,
