@@ -1,6 +1,12 @@
 """Reward functions: built-ins (registered in ``REWARD_FUNCTIONS`` on import), loading and scoring (combining is the reward-aggregation stage, grove.core.objectives)."""
 
-from grove.rewards import builtin, clinical_objectives, ifeval_instructions  # noqa: F401  (registers the built-in rewards)
+from grove.rewards import (  # noqa: F401  (registers the built-in rewards)
+    builtin,
+    clinical_objectives,
+    ifeval_instructions,
+    reasoning_gym_scores,
+    verifiers_rubrics,
+)
 from grove.rewards.extract import extract_answer
 from grove.rewards.scoring import (
     RewardFunctionError,
