@@ -225,3 +225,35 @@ def test_paired_difference_by_hand():
     with pytest.raises(ValueError, match="same items"):
         PairedDifference.from_item_rates(a, b[:3])
     assert math.isnan(PairedDifference.from_item_rates([], []).difference)
+
+
+def test_grove_eval_puts_several_suites_and_models_in_one_table(tiny_model, tmp_path, monkeypatch):
+    from grove.models.tiny import create_tiny_model_dir
+
+    monkeypatch.setenv("COLUMNS", "160")  # a terminal as wide as the table
+
+    other = create_tiny_model_dir(tmp_path / "other", seed=1)
+    arithmetic = tmp_path / "arithmetic.yaml"
+    arithmetic.write_text(f"seed: 0\nmodel: {{name: {tiny_model}}}\ntask: {{id: arithmetic, train_size: 8, eval_size: 4}}\n"
+                          "rollout: {max_new_tokens: 4}\n")
+    corridor = tmp_path / "corridor.yaml"
+    corridor.write_text("seed: 0\n" + "".join(f"{k}: {v}\n" for k, v in {
+        "model": f"{{name: {tiny_model}}}", "env": ENV_BASE["env"], "rollout": "{max_new_tokens: 5, temperature: 1.0}",
+    }.items()))
+    args = ["eval", "--config", str(arithmetic), "--config", str(corridor), "--model", str(tiny_model), "--model",
+            str(other), "--samples", "2", "--max-examples", "3"]
+    result = run_cli(args)
+    assert result.exit_code == 0, result.output
+    table = result.output[result.output.index("held-out evaluation"):]
+    assert "arithmetic" in table and "corridor" in table and "pass@k" in table and "@2 " in table
+    assert "vs first model" in table and "+0.0 (+0.0 to +0.0)" in table  # the second model against the first
+    assert result.output.count(" on arithmetic: ") == 2 and result.output.count(" on env ") == 2
+
+
+def test_suite_and_model_labels_are_the_shortest_telling_tails():
+    from grove.cli.eval_suites import short_labels
+
+    assert short_labels(["runs/a/model", "runs/b/model"]) == {"runs/a/model": "a/model", "runs/b/model": "b/model"}
+    assert short_labels(["configs/math.yaml", "smollm2-135m"]) == {"configs/math.yaml": "math.yaml",
+                                                                   "smollm2-135m": "smollm2-135m"}
+    assert short_labels(["x"]) == {"x": "x"}

@@ -1,27 +1,37 @@
-"""``grove eval``: held-out accuracy or success of a model, greedy and sampled, with intervals."""
+"""``grove eval``: held-out accuracy or success of a model, greedy and sampled, with intervals; several suites and
+models in one table (:mod:`grove.cli.eval_suites`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from grove.cli.eval_suites import SuiteRun, print_suite_table
 from grove.cli.terminal import SetOption, console, fail, load_for_command, print_precision_warning
 from grove.command_failures import user_error_types, user_message
 from grove.evaluation.stats import describe_sampled
+
+if TYPE_CHECKING:
+    from grove.evaluation.evaluate import EvalResult
 
 __all__ = ["eval_"]
 
 
 def eval_(
     model: Annotated[
-        str | None,
-        typer.Option("--model", help="Model directory, checkpoint model/ dir, or 'smollm2-135m' (default: the config's)."),
+        list[str] | None,
+        typer.Option("--model", help="Model directory, checkpoint model/ dir, or 'smollm2-135m' (default: the config's); "
+                     "repeat to compare models on the same items."),
     ] = None,
-    task: Annotated[str | None, typer.Option("--task", help="Task id (default: the config's task).")] = None,
+    task: Annotated[
+        list[str] | None, typer.Option("--task", help="Task id (default: the config's task); repeat for several suites.")
+    ] = None,
     config: Annotated[
-        Path | None, typer.Option("--config", help="Config for the task and rewards, or the environment, and sampling.")
+        list[Path] | None,
+        typer.Option("--config", help="Config for the task and rewards, or the environment, and sampling; repeat for "
+                     "several suites."),
     ] = None,
     set_: SetOption = None,
     max_examples: Annotated[
@@ -37,16 +47,32 @@ def eval_(
     ] = None,
 ) -> None:
     """Greedy held-out accuracy (or, with an `env` section, success rate and mean turns), with a 95% interval;
-    with --samples N also the accuracy of N sampled completions per example and pass@k."""
+    with --samples N also the accuracy of N sampled completions per example and pass@k. Several --config / --task
+    (suites) or --model: one table, the models side by side on the same items with their paired differences."""
     overrides = list(set_ or [])
-    if task is not None:
-        overrides.append(f"task={{id: {task}}}")
     if max_examples is not None:
         overrides.append(f"eval.max_examples={max_examples}")
     if samples is not None:
         overrides.append(f"eval.samples={samples}")
-    cfg = load_for_command(config, overrides)
+    configs: list[Path | None] = list(config or []) or [None]
+    suites = [(str(c) if c else "default", c, []) for c in configs]
+    if task:
+        suites = [(t, configs[0], [f"task={{id: {t}}}"]) for t in task] + (suites[1:] if len(configs) > 1 else [])
+    models: list[str | None] = list(model or []) or [None]
+    runs = []
+    for label, path, suite_overrides in suites:
+        cfg = load_for_command(path, overrides + suite_overrides)
+        for name in models:
+            name, result = _evaluate(cfg, name)
+            runs.append(SuiteRun(label, name, result))
+            _print_result(cfg, name, result, detailed=len(suites) == 1 and len(models) == 1)
+    if len(runs) > 1:
+        print_suite_table(runs)
 
+
+def _evaluate(cfg, model: str | None) -> tuple[str, EvalResult]:
+    """``model`` (default: the config's policy) evaluated on ``cfg``'s held-out items; an ``error:`` exit for a
+    mistake of the user's."""
     import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
     from grove.experience import SourceContext, build_experience_source
     from grove.infra.runtime import configure_runtime
@@ -55,7 +81,6 @@ def eval_(
 
     configure_runtime(**cfg.runtime_settings())
     print_precision_warning(cfg.train.precision, False, "cpu")  # generation under the precision's autocast
-    user_errors = user_error_types()
     try:
         if model is None:
             from grove.models.initial_weights import policy_source
@@ -66,13 +91,18 @@ def eval_(
         fail(str(exc))
     engine = build_rollout_engine(cfg.rollout, policy, tokenizer)
     try:
-        source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
-        result = source.evaluate()
-    except user_errors as exc:
+        return str(model), build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer)).evaluate()
+    except user_error_types() as exc:
         fail(user_message(exc))
+
+
+def _print_result(cfg, model: str, result: EvalResult, *, detailed: bool) -> None:
+    """One line for ``model`` on ``cfg``'s suite; ``detailed``: also the sampled line and the breakdown tables."""
     target = f"env {cfg.env.id}" if cfg.source_id == "environment" else cfg.task.id
     extra = "".join(f", {k} {v:.3g}" for k, v in result.extra.items() if k != "success_rate" and "/" not in k)
     console.print(f"{model} on {target}: {result.report}{extra}  ({result.seconds:.1f}s)")
+    if not detailed:
+        return
     sampled = describe_sampled(result.extra)
     if sampled:
         console.print(sampled)
