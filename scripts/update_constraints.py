@@ -1,4 +1,4 @@
-"""Write ``constraints.txt``: the exact version of every package ``pip install -e ".[dev]"`` brings in, as installed
+"""Write ``constraints.txt``: the exact version of every package ``pip install -e ".[dev,hubs]"`` brings in, as installed
 in this environment, so ``make demo`` and ``make test`` install what the test suite passed with.
 
     python scripts/update_constraints.py           # rewrite constraints.txt from the installed packages
@@ -6,7 +6,7 @@ in this environment, so ``make demo`` and ``make test`` install what the test su
 
 ``pyproject.toml`` keeps the version ranges grove supports, for library users; the Makefile installs with
 ``-c constraints.txt``. Rerun this after a dependency change once the suite passes, and commit both files. The
-packages are grove's requirements and the ``dev`` extra's, followed through their own requirements (the markers
+packages are grove's requirements and the ``dev`` and ``hubs`` extras', followed through their own requirements (the markers
 of this Python and platform); torch is pinned by the Makefile itself (its CPU build).
 """
 
@@ -26,7 +26,9 @@ HEADER = (
     "# The exact versions the test suite passed with (scripts/update_constraints.py writes this file; the Makefile\n"
     "# installs with -c constraints.txt). Version ranges for library users are in pyproject.toml.\n"
 )
-LEFT_OUT = {"grove", "torch"}  # grove itself; torch: the Makefile installs its CPU build by exact version
+# grove itself; torch: the Makefile installs its CPU build by exact version; openenv-core: installed without its
+# dependencies by the Makefile, at the version it names
+LEFT_OUT = {"grove", "torch", "openenv-core"}
 
 
 def _name(text: str) -> str:
@@ -40,9 +42,9 @@ def _applies(requirement: Requirement, extras: set[str]) -> bool:
 
 
 def closure() -> dict[str, str]:
-    """``{name: installed version}`` of grove's requirements (with ``dev``), followed recursively."""
+    """``{name: installed version}`` of grove's requirements (with ``dev`` and ``hubs``), followed recursively."""
     found: dict[str, str] = {}
-    queue: list[tuple[str, set[str]]] = [("grove", {"dev"})]
+    queue: list[tuple[str, set[str]]] = [("grove", {"dev", "hubs"})]
     while queue:
         name, extras = queue.pop()
         try:

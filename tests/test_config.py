@@ -162,7 +162,8 @@ def test_every_preset_validates():
         assert load_config(None, [f"algorithm.preset={name}"]).algorithm.preset == name
 
 
-@pytest.mark.parametrize("name", ["frozenlake_gigpo", "textworld_gigpo", "sokoban_gigpo", "taxi_gigpo", "cliffwalking_gigpo"])
+@pytest.mark.parametrize("name", ["frozenlake_gigpo", "textworld_gigpo", "sokoban_gigpo", "taxi_gigpo", "cliffwalking_gigpo", "openenv_gigpo",
+                                  "gymnasium_frozenlake_gigpo", "textarena_gigpo"])
 def test_agent_examples_load(name):
     cfg = load_config(f"examples/{name}.yaml")
     assert cfg.source_id == "environment" and cfg.algorithm.advantage.id == "gigpo"

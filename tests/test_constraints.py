@@ -20,4 +20,4 @@ def test_the_installed_packages_are_the_pinned_ones():
 
 
 def test_the_makefile_installs_with_the_constraints():
-    assert '-e ".[dev]" -c constraints.txt' in (ROOT / "Makefile").read_text()
+    assert '-e ".[dev,hubs]" -c constraints.txt' in (ROOT / "Makefile").read_text()

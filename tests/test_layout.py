@@ -47,7 +47,7 @@ ALLOWED = {
         "user_code",
     },
     "command_failures": {
-        "config", "experience", "infra", "models", "rewards", "rollout", "sft", "tasks", "user_code",
+        "config", "envs", "experience", "infra", "models", "rewards", "rollout", "sft", "tasks", "user_code",
     },
     "cli": {
         "command_failures", "config", "demos", "distributed", "evaluation", "experience", "infra",

@@ -39,7 +39,7 @@ HISTORY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("numbered work item", r"\bissues?\s*#?\d+\b"),
         (
             "session",
-            r"\b(?:this|that|a\s+later|later|next|previous|earlier|each|every|one)" + _SPACE + r"session\b",
+            r"\b(?:this|that|a\s+later|later|next|previous|earlier)" + _SPACE + r"session\b",
         ),
         ("ordinal session, run or measurement", rf"\b(?:{_ORDINALS}){_SPACE}(?:session|run|measurement)s?\b"),
         ("earlier run", r"\bearlier" + _SPACE + r"runs?\b"),
@@ -104,6 +104,7 @@ def test_patterns_match_history_and_spare_other_senses() -> None:
     # other senses and citations are not history
     assert not history_hits(f"see https://github.com/huggingface/trl/{ticket}s/1234 for the bug")
     assert not history_hits("the first pass of the loop; a pytest session fixture; the session's cache dir")
+    assert not history_hits("an HTTP server with one session per process; each session its own state")
     assert not history_hits(f"an {ticket} with the tokenizer; the first step of a run")
 
 

@@ -228,9 +228,10 @@ def test_paired_difference_by_hand():
 
 
 def test_grove_eval_puts_several_suites_and_models_in_one_table(tiny_model, tmp_path, monkeypatch):
+    from grove.cli import terminal
     from grove.models.tiny import create_tiny_model_dir
 
-    monkeypatch.setenv("COLUMNS", "160")  # a terminal as wide as the table
+    monkeypatch.setattr(terminal.console, "width", 160)  # a terminal as wide as the table
 
     other = create_tiny_model_dir(tmp_path / "other", seed=1)
     arithmetic = tmp_path / "arithmetic.yaml"

@@ -20,6 +20,7 @@ def user_error_types() -> tuple[type[Exception], ...]:
     or environment of theirs, a full disk): printed as ``error: ...`` with exit code 2. Anything else is a bug and
     keeps its traceback."""
     from grove.config import ConfigError
+    from grove.envs.base import EnvironmentUnavailableError
     from grove.experience.env_failures import EnvironmentFailedError
     from grove.experience.step_results import MalformedEnvironmentResult
     from grove.infra.write_failures import RunWriteError
@@ -33,6 +34,7 @@ def user_error_types() -> tuple[type[Exception], ...]:
     return (
         ConfigError, ModelLoadError, TaskDataError, PromptTooLongError, RewardFunctionError, RewardLoadError,
         UserCodeExit, RunWriteError, EnvironmentFailedError, MalformedEnvironmentResult, SftDataError,
+        EnvironmentUnavailableError,
     )
 
 

@@ -33,6 +33,14 @@ class ScoresSeveralObjectives(Protocol):
 
 
 @runtime_checkable
+class WeighsObjectives(Protocol):
+    """A reward with several objectives whose parameters carry each objective's default weight (a verifiers rubric's
+    ``@vf.reward(weight=...)``): the weights when the config's ``objective_weights`` names none."""
+
+    def objective_weights(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
 class NeedsLargerGroups(Protocol):
     """An estimator whose parameters need groups of at least this many completions (``pass_at_k``'s ``k``)."""
 
@@ -54,7 +62,7 @@ class MayProduceAdvantages(Protocol):
 
 
 PARAMETER_CAPABILITIES: tuple[type, ...] = (
-    ScoresSeveralObjectives, NeedsLargerGroups, NamesObjectives, MayProduceAdvantages,
+    ScoresSeveralObjectives, WeighsObjectives, NeedsLargerGroups, NamesObjectives, MayProduceAdvantages,
 )
 
 

@@ -29,12 +29,19 @@ from grove.envs import (  # noqa: F401  (register the environments)
     verifiers_envs,
 )
 from grove.envs.actions import ParsedAction
-from grove.envs.base import Environment, EnvironmentSuite, Observation, Transition
+from grove.envs.base import (
+    Environment,
+    EnvironmentSuite,
+    EnvironmentUnavailableError,
+    Observation,
+    Transition,
+)
 from grove.envs.factory import build_environment
 
 __all__ = [
     "Environment",
     "EnvironmentSuite",
+    "EnvironmentUnavailableError",
     "Observation",
     "ParsedAction",
     "Transition",

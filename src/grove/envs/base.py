@@ -22,7 +22,20 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["Environment", "EnvironmentSuite", "EpisodeRecord", "Observation", "Transition"]
+__all__ = [
+    "Environment",
+    "EnvironmentSuite",
+    "EnvironmentUnavailableError",
+    "EpisodeRecord",
+    "Observation",
+    "Transition",
+]
+
+
+class EnvironmentUnavailableError(RuntimeError):
+    """An environment could not be started or reached (e.g. a hub's environment server that does not start). When
+    building the environment, it stops the command with one ``error:`` line; during an episode, it ends that
+    trajectory as any environment failure does."""
 
 
 @dataclass(frozen=True)

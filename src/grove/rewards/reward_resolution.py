@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from grove.registry import REWARD_FUNCTIONS, ScoresSeveralObjectives, import_callable
+from grove.registry import REWARD_FUNCTIONS, ScoresSeveralObjectives, WeighsObjectives, import_callable
 from grove.rewards.reward_workers import RewardWorker, pickled_reward
 
 RewardFn = Callable[..., Sequence[float | None]]
@@ -121,9 +121,15 @@ def _objectives(
     weight: float,
     objective_weights: Mapping[str, float] | None,
 ) -> tuple[tuple[str, ...] | None, tuple[float, ...] | None]:
-    """The objective names (declared in the config, else by the function or its params) and their weights."""
+    """The objective names (declared in the config, else by the function or its params) and their weights (the
+    params' own defaults where they declare them, :class:`WeighsObjectives`, each overridden by the config's
+    ``objective_weights``; else the config's, 1 where it names none)."""
     own = _own_objectives(fn)
     names = tuple(declared) if declared else (tuple(own) if own else None)
+    params = getattr(fn, "params", None)
+    if names is not None and isinstance(params, WeighsObjectives):  # the config's weights override its defaults
+        defaults = {k: v for k, v in params.objective_weights().items() if k in names}
+        objective_weights = {**defaults, **(objective_weights or {})}
     if names is not None:
         if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
             raise RewardLoadError(f"reward {id_or_path!r}: objective names must be distinct strings, got {list(names)}")
