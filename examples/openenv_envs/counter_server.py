@@ -19,54 +19,26 @@ Three ways to serve it:
 * ``app``: many sessions at once (``SUPPORTS_CONCURRENT_SESSIONS``; one process serves a whole run's copies);
 * ``single_session_app``: OpenEnv's default capacity, one session per process;
 * ``python examples/openenv_envs/counter_server.py --port 8123 [--single-session]``: either one with uvicorn.
-
-openenv-core 0.3.0 imports ``fastmcp`` (used only by its MCP environments) whenever ``openenv.core`` is imported,
-and grove's environment does not install fastmcp (its pins conflict with grove's). Without it this module puts
-an empty ``fastmcp`` in ``sys.modules`` first, whose ``Client`` refuses to be built: the HTTP/WebSocket server
-this environment uses never touches it, and an MCP environment would fail loudly instead of silently.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import os
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
-MAX_SESSIONS = 64
-
-
-def _without_fastmcp() -> None:
-    """Let ``openenv.core`` import when fastmcp is not installed (only MCP environments need it)."""
-    if "fastmcp" in sys.modules or importlib.util.find_spec("fastmcp") is not None:
-        return
-
-    class _NoFastMCP:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            raise ModuleNotFoundError("fastmcp is not installed: OpenEnv's MCP environments need it")
-
-    names = ("fastmcp", "fastmcp.client", "fastmcp.client.client")
-    modules = {name: types.ModuleType(name) for name in names}
-    modules["fastmcp"].Client = _NoFastMCP
-    modules["fastmcp"].client = modules["fastmcp.client"]
-    modules["fastmcp.client"].client = modules["fastmcp.client.client"]
-    modules["fastmcp.client.client"].CallToolResult = _NoFastMCP
-    sys.modules.update(modules)
-
-
-_without_fastmcp()
-
-from openenv.core.env_server import (  # noqa: E402  (after the fastmcp check)
+from openenv.core.env_server import (
     Action,
     Environment,
     Observation,
     State,
     create_fastapi_app,
 )
+
+MAX_SESSIONS = 64
 
 ACTIONS = ["inc", "dec"]
 _steps_served = itertools.count(1)

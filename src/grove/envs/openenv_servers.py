@@ -1,7 +1,7 @@
 """OpenEnv environment servers (Meta's ``openenv-core``) as grove environments: ``openenv``.
 
 A running server (``url``) or one grove starts on 127.0.0.1 (``server``), spoken to in OpenEnv's own protocol
-(openenv-core 0.3.0's ``EnvClient``; ``openenv`` is not imported, 0.3.0 needs fastmcp): one WebSocket session
+(openenv-core 0.3.0's ``EnvClient``, spoken here: ``openenv`` itself is not imported): one WebSocket session
 (``/ws``) per copy, as HTTP ``/step`` keeps no episode. A failing copy raises :class:`OpenEnvServerError`, which ends
 its trajectory only (grove's environment fault path). Lifecycle, capacity, faults, anchors: ``docs/hub-openenv.md``.
 """
