@@ -77,8 +77,11 @@ def _compiled_flex():
 
 
 def _flex_kernel(device: torch.device):
-    """The compiled kernel on CUDA (fused forward and backward); PyTorch's unfused reference elsewhere."""
-    return _compiled_flex() if device.type == "cuda" else flex_attention
+    """The compiled kernel on CUDA (fused forward and backward); PyTorch's unfused reference elsewhere. Inside a
+    compiled region (``train.compile``'s decoder layers) the plain function, which that compilation fuses."""
+    if device.type != "cuda" or torch.compiler.is_compiling():
+        return flex_attention
+    return _compiled_flex()
 
 
 def _flex_forward(module, query, key, value, block_mask, dropout=0.0, scaling=None, **kwargs):
