@@ -191,6 +191,15 @@ class TrainConfig(Section):
         "long conversation). 'padded': every completion with its own copy of the prompt. All three give the same "
         "values and gradients.",
     )
+    packed_attention: Literal["auto", "dense_mask", "flex"] = Field(
+        "auto",
+        description="Attention kernel of the packed rows (train.forward: packed). 'flex': PyTorch's flex attention "
+        "under a block mask built from each row's segments (a completion sees its prompt and its own earlier tokens), "
+        "so no token attends across packed samples, fully hidden tiles are skipped and no [T, T] mask exists; needs "
+        "CUDA for gradients and a model on 'sdpa' (or flex_attention) attention. 'dense_mask': a dense boolean "
+        "[T, T] mask per row (memory and compute quadratic in the row length). 'auto': 'flex' on CUDA where the "
+        "model supports it, else 'dense_mask'. Same values and gradients either way.",
+    )
     logit_cache_mb: float = Field(
         512,
         ge=0,

@@ -29,17 +29,21 @@ __all__ = ["ResponseLogprobModule", "logprob_module_of", "response_logprobs"]
 
 
 class ResponseLogprobModule(nn.Module):
-    """``forward(batch, layout, **kw) -> (logprobs [N, R], entropy [N, R] or None)`` through ``causal_lm``."""
+    """``forward(batch, layout, **kw) -> (logprobs [N, R], entropy [N, R] or None)`` through ``causal_lm``, with
+    the packed rows' attention kernel ``packed_attention`` (``train.packed_attention``: ``auto``, ``dense_mask``,
+    ``flex``; :func:`grove.models.packed_attention.resolve_packed_attention`)."""
 
-    def __init__(self, causal_lm: nn.Module) -> None:
+    def __init__(self, causal_lm: nn.Module, packed_attention: str = "auto") -> None:
         super().__init__()
         self.causal_lm = causal_lm
+        self.packed_attention = packed_attention
 
     @property
     def config(self):
         return self.causal_lm.config
 
     def forward(self, batch: RolloutBatch, layout: str = "packed", **kwargs) -> tuple[Tensor, Tensor | None]:
+        kwargs.setdefault("packed_attention", self.packed_attention)
         return layout_logprobs(self.causal_lm, batch, layout, **kwargs)
 
 

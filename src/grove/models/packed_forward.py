@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from grove.core.segments import gather_rows
 from grove.kernels.output_projection import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_SIZE
+from grove.models.packed_attention import packed_block_mask, resolve_packed_attention
 from grove.models.padded_forward import decoder_backbone, logprobs_at_states, scored_tokens, token_inputs
 from grove.models.shared_prefix_forward import first_rows
 
@@ -112,6 +113,7 @@ def policy_forward_packed(
     scored_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    attention: str = "auto",
 ) -> tuple[Tensor, Tensor | None]:
     """:func:`policy_forward` on padding-free packed rows: each distinct prompt once, no padding compute.
 
@@ -123,18 +125,23 @@ def policy_forward_packed(
     forward). ``prefix_index`` groups rows with identical prompts (the group index); ``None`` packs
     every sample in its own row. This removes both the repeated prompts (Prefix Grouper, "Efficient
     GRPO Training through Shared-Prefix Forward") and the padding of variable-length responses (the
-    padding-free packing of verl's ``use_remove_padding``), at the cost of a dense ``[T, T]`` mask per
-    row. Models with sliding-window or non-causal layers are rejected.
+    padding-free packing of verl's ``use_remove_padding``). ``attention`` (``train.packed_attention``,
+    :func:`grove.models.packed_attention.resolve_packed_attention`) picks the kernel: ``flex`` runs flex attention
+    under a ``BlockMask`` of the rows' segments (no attention across samples, no ``[T, T]`` mask; CUDA for
+    gradients), ``dense_mask`` passes a dense boolean ``[T, T]`` mask per row; ``auto``: flex on CUDA where the
+    model dispatches it. Models with sliding-window or non-causal layers are rejected.
     """
     if not supports_packing(model):
         raise NotImplementedError("policy_forward_packed supports full-attention causal models only")
     if prefix_index is None:
         prefix_index = torch.arange(prompt_ids.shape[0], device=prompt_ids.device)
     layout = pack_by_prefix(prompt_ids, prompt_mask, response_ids, response_mask, prefix_index)
+    kernel = resolve_packed_attention(attention, model, layout.input_ids.device)
+    mask = packed_block_mask(layout.segment) if kernel == "flex" else layout.attention_mask()
     backbone = decoder_backbone(model)
     hidden = backbone(
         **token_inputs(backbone, layout.input_ids),
-        attention_mask=layout.attention_mask(),
+        attention_mask=mask,
         position_ids=layout.position_ids,
         use_cache=False,
     ).last_hidden_state

@@ -174,14 +174,17 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
             compile_decoder_layers(causal_lm, world.device)
         except CompileUnavailable as exc:
             raise ConfigError(str(exc)) from exc
-    train_module, strategy = wrap_for_training(ResponseLogprobModule(causal_lm), cfg.distributed.strategy, world)
+    train_module, strategy = wrap_for_training(
+        ResponseLogprobModule(causal_lm, cfg.train.packed_attention), cfg.distributed.strategy, world
+    )
     reference = None
     if needs_reference_model(cfg):  # β = 0 loads none, unless the policy loss reads ref_logprobs
         if lora:
             reference = train_module
         else:
             ref_lm, _ = load_policy(source, dtype=dtype)
-            reference = ResponseLogprobModule(ref_lm).eval().requires_grad_(False).to(world.device)
+            reference = ResponseLogprobModule(ref_lm, cfg.train.packed_attention).eval().requires_grad_(False)
+            reference = reference.to(world.device)
             if sharded:
                 reference = shard_fully(reference, world)
     return PolicyModels(causal_lm, train_module, strategy, tokenizer, reference, generation_weights, lora)

@@ -53,6 +53,7 @@ RESUMABLE_CHANGES: dict[str, str] = {
     "train.max_skipped_steps": "when the non-finite guard stops the run",
     "train.micro_batch_size": "gradient accumulation only: the same gradients up to float rounding",
     "train.forward": "the training forward's layout: the same values and gradients",
+    "train.packed_attention": "the packed rows' attention kernel: the same values and gradients",
     "train.logit_cache_mb": "memory against recomputation: the same values",
     "train.activation_checkpointing": "memory against recomputation: the same values",
     "train.compile": "compiled decoder layers: the same values up to float rounding",
