@@ -2,7 +2,8 @@
 torchrun (CPU, tiny model, the scripted rollout engine of ``tests/distributed_worker.py``): a 2-rank FSDP2 run's
 sharded checkpoint resumed as FSDP2, as DDP and by one process reaches the weights and metrics of the
 uninterrupted one-process run, a one-process sharded checkpoint resumes on 2 FSDP2 ranks, each rank writes its
-own shard file, a damaged shard is passed over by ``--resume``, and ``grove export`` refuses a sharded checkpoint
+own shard file, a damaged shard is passed over by ``--resume``, a failed shard write leaves the previous checkpoint
+and removes its temporary directory, and ``grove export`` and ``model.init_from`` refuse a sharded checkpoint
 naming the way on."""
 
 from __future__ import annotations
@@ -116,3 +117,31 @@ def test_init_from_refuses_a_sharded_checkpoint(runs, where):
 
     with pytest.raises(ModelLoadError, match="checkpoint.format=full"):
         initial_model_dir(str(runs / "fsdp2-first" / where))
+
+
+def test_a_failed_shard_write_leaves_the_previous_checkpoint(runs, tmp_path, monkeypatch):
+    """One process: the shard write of step 2 fails (a full disk); the run stops with a CheckpointWriteError naming
+    the previous checkpoint, the temporary directory is gone, and --resume continues from step 1."""
+    import errno
+
+    from tests.tiny_runs import finished_run, run_config
+
+    import grove.training.run_checkpoint as run_checkpoint
+    from grove.training.trainer import Trainer
+
+    real = run_checkpoint.save_sharded_state
+
+    def full_disk_at_step_2(model, optimizer, directory):
+        if directory.parent.name.endswith("step-000002"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(model, optimizer, directory)
+
+    monkeypatch.setattr(run_checkpoint, "save_sharded_state", full_disk_at_step_2)
+    run = tmp_path / "run"
+    with pytest.raises(ckpt.CheckpointWriteError, match="step-000001 is intact"):
+        finished_run(runs / "tiny", run, 2, **{"checkpoint.format": "sharded"})
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step-000001"]
+    assert ckpt.find_loadable(run).path == run / "checkpoints" / "step-000001"
+    monkeypatch.setattr(run_checkpoint, "save_sharded_state", real)
+    Trainer(run_config(runs / "tiny", run, 2, **{"checkpoint.format": "sharded"}), run, resume=True).run()
+    assert ckpt.find_loadable(run).path == run / "checkpoints" / "step-000002"

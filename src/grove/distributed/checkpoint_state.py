@@ -18,6 +18,7 @@ removed by the state-dict API), the same under every strategy.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 CAUSAL_LM_PREFIX = "causal_lm."
+_ONE_PROCESS = "torch.distributed is disabled"  # DCP's note that one process saves or loads alone: that is intended
 
 
 def _options(gather: bool):
@@ -80,7 +82,9 @@ def save_sharded_state(model: nn.Module, optimizer, directory: Path) -> None:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=directory)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _ONE_PROCESS, UserWarning)
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=directory)
 
 
 def load_sharded_state(model: nn.Module, optimizer, directory: Path) -> None:
@@ -92,5 +96,7 @@ def load_sharded_state(model: nn.Module, optimizer, directory: Path) -> None:
 
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=directory)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _ONE_PROCESS, UserWarning)
+        dcp.load(state, checkpoint_id=directory)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
