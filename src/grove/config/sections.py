@@ -323,6 +323,15 @@ class CheckpointConfig(Section):
         "`grove sft` exports read.",
     )
     keep_last: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
+    format: Literal["full", "sharded"] = Field(
+        "full",
+        description="How the model and optimizer states are written. full: gathered to rank 0, which writes "
+        "model/ as a plain transformers model (safetensors) and the optimizer state into trainer_state.pt. "
+        "sharded: every rank writes its own shard with torch.distributed.checkpoint into sharded/ (no rank holds "
+        "a full copy; meant for distributed.strategy: fsdp2 and models whose full states do not fit rank 0's "
+        "memory); model/ then holds only the config and tokenizer. Either format resumes under any strategy and "
+        "world size; `grove export` and model.init_from read full checkpoints only (docs/distributed.md).",
+    )
 
 
 class TokenDetailsConfig(Section):

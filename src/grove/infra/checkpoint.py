@@ -14,7 +14,11 @@ A checkpoint is a directory ``RUN_DIR/checkpoints/step-NNNNNN`` holding
 
 With several ranks, only rank 0 writes (the full states are gathered to it first:
 :mod:`grove.distributed.checkpoint_state`), so a checkpoint is the same whatever strategy or world size
-wrote it, and resumes under any other.
+wrote it, and resumes under any other. A *sharded* checkpoint (``checkpoint.format: sharded``) holds the model
+and optimizer states in ``sharded/`` instead, as ``torch.distributed.checkpoint`` files that every rank writes
+its shard of into the temporary directory (:func:`start_checkpoint`, then :func:`save_checkpoint` with
+``started=True``); ``model/`` then holds the model's config and tokenizer, and ``trainer_state.pt`` no optimizer
+state. The manifest covers the shard files too, and the whole directory is renamed into place in one step.
 
 It is written to a temporary directory and renamed into place, so a run killed at any moment
 (``kill -9`` included) leaves only complete checkpoints. :func:`find_loadable` picks the newest checkpoint
@@ -44,6 +48,7 @@ import torch
 from grove.infra import fault_points
 from grove.infra.checkpoint_integrity import (
     MANIFEST,
+    SHARDED_DIR,
     TRAINER_STATE,
     read_trainer_state,
     unloadable_file,
@@ -60,6 +65,7 @@ from grove.infra.write_failures import (
 
 __all__ = [
     "MANIFEST",
+    "SHARDED_DIR",
     "CheckpointWriteError",
     "TrainerState",
     "capture_rng",
@@ -71,8 +77,13 @@ __all__ = [
     "list_checkpoints",
     "load_model_weights",
     "load_trainer_state",
+    "discard_checkpoint",
+    "is_sharded",
     "restore_rng",
     "save_checkpoint",
+    "sharded_model_refusal",
+    "start_checkpoint",
+    "temporary_dir",
     "verify_checkpoint",
     "write_manifest",
 ]
@@ -128,6 +139,21 @@ def restore_rng(rng: dict[str, Any]) -> None:
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "checkpoints" / f"{PREFIX}{step:06d}"
+
+
+def is_sharded(directory: Path) -> bool:
+    """Whether the checkpoint holds its model and optimizer states as DCP shards (``checkpoint.format: sharded``)."""
+    return (directory / SHARDED_DIR).is_dir()
+
+
+def sharded_model_refusal(checkpoint: Path, use: str) -> str:
+    """Why ``use`` (``grove export``, ``model.init_from``) cannot read a sharded checkpoint, and the way on."""
+    return (
+        f"{use}: checkpoint {checkpoint} is sharded (checkpoint.format: sharded): its weights are "
+        "torch.distributed.checkpoint shards in sharded/, not a transformers model, and only full checkpoints are "
+        "read as models; continue the run with --resume and --set checkpoint.format=full (with more steps: "
+        "--set train.steps=N) so that it writes a full checkpoint, and use that one"
+    )
 
 
 def checkpoint_step(directory: Path) -> int:
@@ -254,20 +280,46 @@ def _prune(run_dir: Path, keep_last: int) -> None:
         shutil.rmtree(doomed)
 
 
+def _temporary(final: Path) -> Path:
+    return final.parent / f"{_TMP}{final.name}"
+
+
+def start_checkpoint(run_dir: Path, step: int) -> Path:
+    """The empty temporary directory the checkpoint of ``step`` is written into (what a killed process left behind
+    is removed first); the sharded states go into its ``sharded/`` before :func:`save_checkpoint` (``started=True``)
+    completes it. Raises :class:`CheckpointWriteError`."""
+    final = checkpoint_dir(run_dir, step)
+    with _reported("its directory", final, run_dir):
+        _remove_leftovers(final.parent)
+        _temporary(final).mkdir(parents=True)
+    return _temporary(final)
+
+
+def temporary_dir(run_dir: Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` is written before it is renamed into place."""
+    return _temporary(checkpoint_dir(run_dir, step))
+
+
+def discard_checkpoint(run_dir: Path, step: int) -> None:
+    """Remove the temporary directory of a checkpoint whose writing failed; earlier checkpoints stay."""
+    shutil.rmtree(_temporary(checkpoint_dir(run_dir, step)), ignore_errors=True)
+
+
 def save_checkpoint(
-    run_dir: Path, write_model: Callable[[Path], None], tokenizer, state: TrainerState, keep_last: int
+    run_dir: Path, write_model: Callable[[Path], None], tokenizer, state: TrainerState, keep_last: int,
+    *, started: bool = False,
 ) -> Path:
-    """Write ``state`` and the policy (``write_model(directory)``: ``save_pretrained`` or an adapter) atomically,
-    with its manifest; then prune to ``keep_last`` complete checkpoints.
+    """Write ``state`` and the policy (``write_model(directory)``: ``save_pretrained``, an adapter, or the config
+    alone) atomically, with its manifest; then prune to ``keep_last`` complete checkpoints. ``started``: the
+    temporary directory exists already (:func:`start_checkpoint`) and holds the sharded states.
 
     Any failure (and an interrupt) removes the temporary directory; earlier checkpoints are never touched. A
     failed write raises :class:`CheckpointWriteError`."""
     final = checkpoint_dir(run_dir, state.step)
-    tmp = final.parent / f"{_TMP}{final.name}"
+    tmp = _temporary(final)
     try:
-        with _reported("its directory", final, run_dir):
-            _remove_leftovers(final.parent)
-            tmp.mkdir(parents=True)
+        if not started:
+            start_checkpoint(run_dir, state.step)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # the run's own progress bar is the one to read

@@ -8,7 +8,8 @@ broken when it was hashed, and a checkpoint copied without its manifest has no c
 CRC-32 per record catches most flipped bytes even without a manifest) and with ``torch.load(weights_only=True)``,
 every ``*.safetensors`` under ``model/`` tensor by tensor, and every JSON file. Without a manifest, a changed byte
 inside a safetensors file's tensor data (or in a text file such as a chat template) still loads: only the
-manifest can tell.
+manifest can tell. A sharded checkpoint (``checkpoint.format: sharded``) has no weights under ``model/``; its
+``sharded/.metadata`` must load and index only bytes that its shard files hold.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 __all__ = [
     "MANIFEST",
     "MODEL_DIR",
+    "SHARDED_DIR",
     "TRAINER_STATE",
     "manifest_mismatch",
     "read_trainer_state",
@@ -35,6 +37,7 @@ __all__ = [
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.pt"
 MODEL_DIR = "model"
+SHARDED_DIR = "sharded"  # checkpoint.format: sharded: the model and optimizer states as DCP files, one per rank
 _MODEL_CONFIGS = ("config.json", "adapter_config.json")  # a full model, or a LoRA adapter
 
 
@@ -125,6 +128,25 @@ def _safetensors_problem(path: Path) -> str | None:
     return None
 
 
+def _sharded_problem(path: Path) -> str | None:
+    """A DCP directory's ``.metadata`` (written last, by the coordinator) loads and every byte range it indexes
+    lies in a file of the directory."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    metadata = FileSystemReader(path).read_metadata()
+    ends: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    if not ends:
+        return "its .metadata indexes no data file"
+    for name, end in sorted(ends.items()):
+        if not (path / name).is_file():
+            return f"{name} is missing"
+        if (path / name).stat().st_size < end:
+            return f"{name} has {(path / name).stat().st_size} bytes, its .metadata indexes {end}"
+    return None
+
+
 def _json_problem(path: Path) -> str | None:
     json.loads(path.read_text(encoding="utf-8"))
     return None
@@ -138,10 +160,13 @@ def unloadable_file(directory: Path, *, model_only: bool = False) -> str | None:
     model = directory / MODEL_DIR
     if not any((model / name).is_file() for name in _MODEL_CONFIGS):
         return f"{' and '.join(f'{MODEL_DIR}/{name}' for name in _MODEL_CONFIGS)} are missing (one of them must be there)"
+    sharded = (directory / SHARDED_DIR).is_dir()
     weights = sorted(model.glob("*.safetensors"))
-    if not weights:
+    if not weights and not sharded:
         return f"{MODEL_DIR}/*.safetensors is missing (no weights file)"
     checks = [] if model_only else [(directory / TRAINER_STATE, _trainer_state_problem)]
+    if sharded and not model_only:
+        checks.append((directory / SHARDED_DIR, _sharded_problem))
     checks += [(path, _safetensors_problem) for path in weights]
     checks += [(path, _json_problem) for path in sorted((model if model_only else directory).rglob("*.json"))]
     for path, check in checks:

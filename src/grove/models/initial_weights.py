@@ -41,11 +41,14 @@ def initial_model_dir(init_from: str) -> Path:
             "first (`grove demos` and `grove sft`, docs/warm-start.md), point it at another run, checkpoint or model "
             "directory, or start from model.name alone with --set model.init_from=null"
         )
-    if _is_model_dir(path):
+    if _is_model_dir(path) and not ckpt.is_sharded(path.parent):
         return path
-    if _is_model_dir(path / "model"):  # a run's final model, or a checkpoint directory
+    if _is_model_dir(path / "model") and not ckpt.is_sharded(path):  # a run's final model, or a checkpoint directory
         return path / "model"
     found = ckpt.find_loadable(path)
+    for sharded in (path.parent, path, found.path):
+        if sharded is not None and ckpt.is_sharded(sharded):
+            raise ModelLoadError(ckpt.sharded_model_refusal(sharded, f"model.init_from {init_from!r}"))
     if found.path is not None:
         return found.path / "model"
     if found.damaged:

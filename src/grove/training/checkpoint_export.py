@@ -62,6 +62,8 @@ def export_checkpoint(checkpoint_dir: str | os.PathLike, out_dir: str | os.PathL
     (a ``ValueError``) without writing anything when a file of its ``model/`` is damaged."""
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     root = _checkpoint_root(checkpoint_dir)
+    if root is not None and ckpt.is_sharded(root):
+        raise ValueError(ckpt.sharded_model_refusal(root, "grove export") + "; nothing was written")
     if root is not None:
         problem = model_problem(root)
         if problem is not None:

@@ -95,6 +95,10 @@ class PolicyModels:
             state = {k: v for k, v in state.items() if not k.endswith("lm_head.weight")}
         return lambda directory: self.causal_lm.save_pretrained(directory, state_dict=state, safe_serialization=True)
 
+    def write_config(self) -> Callable[[Path], None]:
+        """What a sharded checkpoint's ``model/`` holds: the model's config (its weights are in ``sharded/``)."""
+        return lambda directory: self.causal_lm.config.save_pretrained(directory)
+
     def gather_state(self) -> dict[str, Tensor]:
         """The policy's full state dict on rank 0 (every rank must call this)."""
         return gather_full_model_state(self.train_module)
@@ -160,7 +164,7 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
     lora = cfg.model.lora is not None
     if lora:
         causal_lm = apply_lora(causal_lm, cfg.model.lora, base_name=source)
-    if resume_from is not None:
+    if resume_from is not None and not ckpt.is_sharded(resume_from):  # sharded: loaded once wrapped (run_checkpoint)
         _load_checkpoint_weights(causal_lm, resume_from, lora, cfg.model.name)
     if cfg.train.activation_checkpointing:  # recompute each layer in backward (generation runs in eval: no effect)
         set_activation_checkpointing(causal_lm, True)

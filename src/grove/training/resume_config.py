@@ -64,7 +64,7 @@ RESUMABLE_CHANGES: dict[str, str] = {
     "checkpoint.*": "when checkpoints are written and how many are kept",
     "logging.*": "what is logged",
     "distributed.timeout_seconds": "how long a collective may take",
-    "distributed.strategy": "checkpoints hold full states and resume under any strategy",
+    "distributed.strategy": "checkpoints, full or sharded, resume under any strategy",
     "distributed.device": "checkpoints hold CPU tensors and resume on any device",
 }
 

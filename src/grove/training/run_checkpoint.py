@@ -5,10 +5,14 @@
   (:class:`NoLoadableCheckpointError`) when none does, and checks the resumed config against the run's own
   (:mod:`grove.training.resume_config`). A refused resume changes nothing in the run directory.
 * :func:`save_run_checkpoint`: all ranks gather the full model and optimizer states and their RNG streams to
-  rank 0, which writes the checkpoint (:mod:`grove.infra.checkpoint`); the others wait for it.
+  rank 0, which writes the checkpoint (:mod:`grove.infra.checkpoint`); the others wait for it. With
+  ``checkpoint.format: sharded``, every rank writes its shard of the model and optimizer states into rank 0's
+  temporary directory first (:func:`grove.distributed.checkpoint_state.save_sharded_state`), then rank 0 adds
+  the rest and renames it into place, as for a full checkpoint.
 * :func:`restore_run_checkpoint`: every rank reads the same checkpoint, keeps its shard of the optimizer state
   and its own RNG streams (a rank the writing run did not have starts a fresh stream of its own). The model
-  weights were already loaded with the model (:mod:`grove.training.policy_models`).
+  weights of a full checkpoint were already loaded with the model (:mod:`grove.training.policy_models`); those of
+  a sharded one are read here, with the optimizer state, into the wrapped module's layout.
 """
 
 from __future__ import annotations
@@ -22,7 +26,12 @@ from typing import Any
 import torch
 
 from grove.config import ConfigError, GroveConfig, dump_config
-from grove.distributed.checkpoint_state import gather_full_optimizer_state, load_full_optimizer_state
+from grove.distributed.checkpoint_state import (
+    gather_full_optimizer_state,
+    load_full_optimizer_state,
+    load_sharded_state,
+    save_sharded_state,
+)
 from grove.distributed.world import World, derived_seed
 from grove.infra import checkpoint as ckpt
 from grove.infra.write_failures import reporting_write_failures
@@ -68,6 +77,7 @@ class RunState:
     controllers: dict[str, Any]  # name → object with state_dict / load_state_dict (KL, entropy coefficients)
     world: World
     seed: int
+    sharded: bool = False  # checkpoint.format: sharded
 
 
 def prepare_run_dir(cfg: GroveConfig, run_dir: Path, world: World, resume: bool) -> RunStart:
@@ -132,12 +142,48 @@ def record_resumed_config(cfg: GroveConfig, run_dir: Path, start: RunStart, worl
         record_config_changes(cfg, run_dir, ckpt.checkpoint_step(start.checkpoint), start.config_changes)
 
 
+def _write_shards(run_dir: Path, step: int, state: RunState) -> None:
+    """Every rank writes its shard of the model and optimizer states into the checkpoint's temporary directory,
+    which rank 0 creates first; a failure on any rank is a :class:`CheckpointWriteError` on every rank, after
+    rank 0 has removed the temporary directory."""
+    world = state.world
+    failure: str | None = None
+    if world.is_main:
+        try:
+            ckpt.start_checkpoint(run_dir, step)
+        except ckpt.CheckpointWriteError as exc:
+            failure = str(exc)
+    failure = world.broadcast_object(failure, "checkpoint: rank 0 creating the directory")
+    if failure is None:
+        shards = ckpt.temporary_dir(run_dir, step) / ckpt.SHARDED_DIR
+        try:
+            with world.phase("checkpoint: sharded write"):
+                save_sharded_state(state.models.train_module, state.optimizer, shards)
+        except Exception as exc:  # DCP raises on every rank when one rank's write fails
+            failure = f"{world.label}: writing its shard into {shards} failed: {' '.join(str(exc).split())[:600]}"
+    failures = [f for f in world.gather_objects(failure, "checkpoint: sharded write done") if f is not None]
+    if failures:
+        if world.is_main:
+            ckpt.discard_checkpoint(run_dir, step)
+        world.barrier("checkpoint: discarded")
+        previous = ckpt.latest_checkpoint(run_dir)
+        intact = f"the previous checkpoint {previous.name} is intact" if previous else "no earlier checkpoint exists"
+        raise ckpt.CheckpointWriteError(
+            errno.EIO, f"checkpoint step-{step:06d} could not be written: {failures[0]}; continue with --resume "
+            f"{run_dir} ({intact})",
+        )
+
+
 def save_run_checkpoint(run_dir: Path, step: int, state: RunState, keep_last: int) -> None:
-    """Write the checkpoint of ``step`` (every rank must call this)."""
-    world, models = state.world, state.models
-    with world.phase("checkpoint: gather"):
-        model_state = models.gather_state()
-        optimizer_state = gather_full_optimizer_state(models.train_module, state.optimizer)
+    """Write the checkpoint of ``step`` (every rank must call this), full or sharded (``state.sharded``)."""
+    world, models, sharded = state.world, state.models, state.sharded
+    if sharded:
+        _write_shards(run_dir, step, state)
+        model_state, optimizer_state = {}, {}
+    else:
+        with world.phase("checkpoint: gather"):
+            model_state = models.gather_state()
+            optimizer_state = gather_full_optimizer_state(models.train_module, state.optimizer)
     rank_states = world.gather_objects(
         {"generator": state.generator.get_state(), "rng": ckpt.capture_rng()}, "checkpoint: RNG states"
     )
@@ -153,8 +199,9 @@ def save_run_checkpoint(run_dir: Path, step: int, state: RunState, keep_last: in
             controllers={name: c.state_dict() for name, c in state.controllers.items()},
             rank_states=rank_states,
         )
+        write_model = models.write_config() if sharded else models.write_model(model_state)
         try:
-            ckpt.save_checkpoint(run_dir, models.write_model(model_state), models.tokenizer, trainer_state, keep_last)
+            ckpt.save_checkpoint(run_dir, write_model, models.tokenizer, trainer_state, keep_last, started=sharded)
         except ckpt.CheckpointWriteError as exc:
             failure = exc
     # every rank learns whether rank 0's write worked, so all stop together when it did not
@@ -168,7 +215,10 @@ def save_run_checkpoint(run_dir: Path, step: int, state: RunState, keep_last: in
 def restore_run_checkpoint(path: Path, state: RunState) -> int:
     """Restore the optimizer, schedules, source position, controllers and RNG streams; return the step."""
     saved = ckpt.load_trainer_state(path)
-    load_full_optimizer_state(state.models.train_module, state.optimizer, saved.optimizer)
+    if ckpt.is_sharded(path):
+        _load_shards(path, state)
+    else:
+        load_full_optimizer_state(state.models.train_module, state.optimizer, saved.optimizer)
     state.scheduler.load_state_dict(saved.scheduler)
     state.source.load_state_dict(saved.sampler)
     ranks = saved.rank_states or [{"generator": saved.generator, "rng": saved.rng}]
@@ -181,3 +231,17 @@ def restore_run_checkpoint(path: Path, state: RunState) -> int:
     for name, controller in state.controllers.items():
         controller.load_state_dict(saved.controllers[name])
     return saved.step
+
+
+def _load_shards(path: Path, state: RunState) -> None:
+    """Read a sharded checkpoint's model and optimizer states into the current layout (DCP reshards), then
+    refresh the copy generation decodes from; states that do not fit the model are a :class:`ConfigError`."""
+    try:
+        with state.world.phase("resume: sharded read"):
+            load_sharded_state(state.models.train_module, state.optimizer, path / ckpt.SHARDED_DIR)
+    except (RuntimeError, ValueError, KeyError) as exc:  # DCP's CheckpointException is a RuntimeError
+        raise ConfigError(
+            f"the sharded states of checkpoint {path} do not fit this run's model ({' '.join(str(exc).split())[:300]});"
+            " resume with the model settings the run was started with (its config.yaml)"
+        ) from exc
+    state.models.refresh_generation_weights()

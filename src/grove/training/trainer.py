@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from grove.batch import RolloutBatch
-from grove.config import GroveConfig
+from grove.config import ConfigError, GroveConfig
 from grove.config.derived import generates_from_bf16_copy
 from grove.distributed.world import World, derived_seed, init_world
 from grove.evaluation.evaluate import EvalResult
@@ -108,6 +108,11 @@ class Trainer:
         self.engine = build_rollout_engine(cfg.rollout, self.models.generation_model, self.tokenizer)
         self.generator = torch.Generator().manual_seed(derived_seed(cfg.seed, self.world.rank))
         self.stage = stage_kind.build(StageInputs(cfg, run_dir, self.models, self.engine, self.world, self.generator))
+        if self.stage.exports_model and cfg.checkpoint.format == "sharded":
+            raise ConfigError(
+                "checkpoint.format: sharded cannot be used here: this run writes RUN_DIR/model/ from its last "
+                "checkpoint, which needs a full one; set checkpoint.format: full"
+            )
         self.source, self.loss_parts = self.stage.source, self.stage.loss
         self.schedule = self.stage.schedule
         self.optimizer, self.scheduler = build_optimizer(
@@ -115,7 +120,7 @@ class Trainer:
         )
         self.state = RunState(
             self.models, self.optimizer, self.scheduler, self.source, self.generator,
-            self.stage.coefficients.controllers, self.world, cfg.seed,
+            self.stage.coefficients.controllers, self.world, cfg.seed, cfg.checkpoint.format == "sharded",
         )
         self.step = 0 if self.resume_from is None else restore_run_checkpoint(self.resume_from, self.state)
         record_resumed_config(cfg, run_dir, start, self.world)
