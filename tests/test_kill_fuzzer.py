@@ -7,7 +7,8 @@ checkpoint writing: :mod:`grove.infra.fault_points`) at chosen steps, plus SIGKI
 over the uninterrupted run's wall time (which also land in start-up, evaluation and between points), plus a
 SIGTERM sent as soon as a step's metrics line is written: the run stops after that step or the next (step 2 is an
 ``eval.every`` step, whose evaluation a stop skips and the resumed run makes up), with a checkpoint. The default
-run (CI) takes one point per phase, two timed kills and a SIGTERM after step 1; ``-m fuzz`` runs the full fuzzer
+run (CI) takes one point per phase, two timed kills and a SIGTERM after step 1, and a checkpoint kill and a SIGTERM
+with ``checkpoint.format: sharded``; ``-m fuzz`` runs the full fuzzer
 (12 phase points + 12 timed kills + SIGTERMs after steps 1, 2 and 3). ``docs/reliability.md`` gives the figures.
 """
 
@@ -42,12 +43,13 @@ class KillPoint:
     sigterm_after_step: int | None = None  # or a SIGTERM once this step's metrics line is written
 
 
-def _train(model: Path, out: Path, *, resume: bool = False, point: KillPoint | None = None) -> int:
+def _train(model: Path, out: Path, *, resume: bool = False, point: KillPoint | None = None, fmt: str = "full") -> int:
     sets = {
         "model.name": model, "output_dir": out, "threads": 1, "task": "{id: arithmetic, train_size: 16, eval_size: 3}",
         "rollout.max_new_tokens": 5, "train.steps": STEPS, "train.prompts_per_step": 2,
         "train.completions_per_prompt": 3, "train.micro_batch_size": 3, "optim.lr": 1e-2, "checkpoint.every": 1,
         "checkpoint.keep_last": 2, "logging.progress": False, "eval.max_examples": 3, "eval.every": 2,
+        "checkpoint.format": fmt,
     }
     cmd = [sys.executable, "-m", "grove", "train", "examples/arithmetic.yaml"]
     for k, v in sets.items():
@@ -103,21 +105,23 @@ def kill_points(
     return points
 
 
-def _survives(model: Path, reference: Path, out: Path, point: KillPoint) -> None:
-    code = _train(model, out, point=point)
+def _survives(model: Path, reference: Path, out: Path, point: KillPoint, fmt: str = "full") -> None:
+    code = _train(model, out, point=point, fmt=fmt)
     # SIGTERM: 128 + 15 from the command line when it stopped the loop; -15 in the final evaluation, outside the
     # loop's handlers, where the signal's default action ends the process
     killed = code in (-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGTERM)
     if point.phase_step or (point.sigterm_after_step or STEPS) < STEPS:
         assert killed, f"{point.name}: the fault point was not reached (exit {code})"
     if killed:  # resume; a run killed before it wrote its config starts over
-        code = _train(model, out, resume=(out / "config.yaml").exists())
+        code = _train(model, out, resume=(out / "config.yaml").exists(), fmt=fmt)
     log = (out.parent / f"{out.name}.log").read_text()[-3000:]
     assert code == 0, f"{point.name}: the resumed run failed:\n{log}"
     metrics = _records(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1)), f"{point.name}: steps {[m['step'] for m in metrics]}"
     assert metrics == _records(reference / "metrics.jsonl"), f"{point.name}: metrics differ"
     assert _records(out / "eval.jsonl") == _records(reference / "eval.jsonl"), f"{point.name}: evaluations differ"
+    if fmt == "sharded":  # no safetensors: the final evaluation above already read the final weights
+        return
     final = f"checkpoints/step-{STEPS:06d}/model/model.safetensors"
     want, got = load_file(reference / final), load_file(out / final)
     assert all((want[k] == got[k]).all() for k in want), f"{point.name}: final weights differ"
@@ -127,6 +131,14 @@ def test_kill_fuzzer_short(reference, tmp_path):
     model, ref, wall = reference
     for point in kill_points(wall, {p: [2] for p in PHASES}, timed=2, sigterm_steps=(1,)):
         _survives(model, ref, tmp_path / point.name, point)
+
+
+def test_kill_fuzzer_sharded_checkpoints(reference, tmp_path):
+    """``checkpoint.format: sharded`` (torch.distributed.checkpoint files, one process): killed while writing a
+    checkpoint and stopped by SIGTERM, it resumes to the uninterrupted run's metrics and evaluations."""
+    model, ref, wall = reference
+    for point in kill_points(wall, {"checkpoint": [2]}, timed=0, sigterm_steps=(1,)):
+        _survives(model, ref, tmp_path / point.name, point, fmt="sharded")
 
 
 @pytest.mark.fuzz
