@@ -31,6 +31,9 @@ from safetensors.torch import load_file
 
 from grove.models.tiny import create_tiny_model_dir
 
+# the strategies share one module's reference runs: on one xdist worker they are computed once (make test)
+pytestmark = pytest.mark.xdist_group("distributed_equivalence")
+
 TESTS = Path(__file__).parent
 WORKER = TESTS / "distributed_worker.py"
 

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from grove.registry import REWARD_FUNCTIONS
-from grove.rewards.extract import ExtractMode, extract_answer
+from grove.rewards.extract import AnswerTagParams, ExtractMode, extract_answer
 from grove.rewards.values import dataset_column
 
 # --------------------------------------------------------------------------------------------
@@ -35,7 +35,7 @@ from grove.rewards.values import dataset_column
 # --------------------------------------------------------------------------------------------
 
 
-class AnswerMatchParams(BaseModel):
+class AnswerMatchParams(AnswerTagParams):
     """Parameters of the ``answer_match`` reward."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,19 +45,11 @@ class AnswerMatchParams(BaseModel):
         description="How to extract the answer from the completion: 'answer_tag' (last <tag>...</tag>), "
         "'last_number', 'boxed' (last \\boxed{...}) or 'full' (the whole completion).",
     )
-    tag: str = Field("answer", description="Tag name for extract='answer_tag' (<answer>...</answer>).")
     use_math_verify: bool = Field(
         True,
         description="Compare with math_verify.parse/verify (symbolic equivalence) when the fast exact "
         "comparison does not decide; if false, only exact (numeric or string) equality counts.",
     )
-
-    @field_validator("tag")
-    @classmethod
-    def _check_tag(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z_][\w.:-]*", v):
-            raise ValueError(f"tag {v!r} must be a tag name such as 'answer' (no angle brackets)")
-        return v
 
 
 _PLAIN_NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|[-+]?\.\d+")

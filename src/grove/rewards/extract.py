@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 ExtractMode = Literal["answer_tag", "last_number", "boxed", "full"]
 EXTRACT_MODES: tuple[str, ...] = ("answer_tag", "last_number", "boxed", "full")
 
@@ -28,6 +30,21 @@ EXTRACT_MODES: tuple[str, ...] = ("answer_tag", "last_number", "boxed", "full")
 # separators, optional decimal part. Also matches ".5".
 _NUMBER_RE = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\d)|(?<![\w.])-?\.\d+")
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+class AnswerTagParams(BaseModel):
+    """The ``tag`` of ``extract: answer_tag``, shared by the rewards that extract a tagged answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tag: str = Field("answer", description="Tag name for extract='answer_tag' (<answer>...</answer>).")
+
+    @field_validator("tag")
+    @classmethod
+    def _check_tag(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][\w.:-]*", v):
+            raise ValueError(f"tag {v!r} must be a tag name such as 'answer' (no angle brackets)")
+        return v
 
 
 def extract_answer(text: str, mode: ExtractMode = "answer_tag", tag: str = "answer") -> str | None:

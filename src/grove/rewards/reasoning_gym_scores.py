@@ -29,14 +29,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field
 
 from grove.registry import REWARD_FUNCTIONS
-from grove.rewards.extract import extract_answer
+from grove.rewards.extract import AnswerTagParams, extract_answer
 from grove.rewards.values import dataset_column
 
 log = logging.getLogger("grove.rewards")
@@ -48,7 +47,7 @@ ReasoningGymExtract = Literal["answer_tag", "last_line", "last_number", "boxed",
 _errors_logged: set[str] = set()
 
 
-class ReasoningGymScoreParams(BaseModel):
+class ReasoningGymScoreParams(AnswerTagParams):
     """Parameters of the ``reasoning_gym`` reward."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -59,19 +58,11 @@ class ReasoningGymScoreParams(BaseModel):
         "<tag>...</tag>), 'last_line' (the last non-blank line), 'last_number', 'boxed' (last \\boxed{...}) or "
         "'full' (the whole completion).",
     )
-    tag: str = Field("answer", description="Tag name for extract='answer_tag' (<answer>...</answer>).")
     on_scorer_error: Literal["zero", "raise"] = Field(
         "zero",
         description="When the dataset's score_answer raises on an extracted answer: 'zero' scores it 0.0 (logged "
         "once per dataset), 'raise' fails the reward (its on_error decides).",
     )
-
-    @field_validator("tag")
-    @classmethod
-    def _check_tag(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z_][\w.:-]*", v):
-            raise ValueError(f"tag {v!r} must be a tag name such as 'answer' (no angle brackets)")
-        return v
 
 
 def _reasoning_gym() -> Any:
