@@ -380,7 +380,9 @@ def test_shared_prefix_forward_equals_padded_forward_values_and_gradients(policy
     torch.testing.assert_close(lp_b, lp_a, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ent_b, ent_a, atol=1e-5, rtol=1e-5)
     for name in grad_a:
-        torch.testing.assert_close(grad_b[name], grad_a[name], atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+        # the layouts sum the same terms in another order: a few embedding-gradient entries differ by ~2e-5 where
+        # the CPU's kernels accumulate in 8 lanes (AVX2) rather than 16
+        torch.testing.assert_close(grad_b[name], grad_a[name], atol=5e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
     model.eval()
 
 
