@@ -25,25 +25,15 @@ import json
 import random
 from collections import namedtuple
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from grove.envs.base import EnvironmentSuite, EpisodeRecord, Observation, Transition
-from grove.registry import ENVIRONMENTS, import_callable
-
-INSTALL_HINT = "pip install verifiers==0.4.0"
+from grove.registry import ENVIRONMENTS
+from grove.verifiers_loading import import_verifiers, load_verifiers
 
 _UNIQUE_ANCHORS = itertools.count()
-
-
-def _verifiers() -> ModuleType:
-    try:
-        import verifiers.v1 as vf
-    except ImportError as exc:
-        raise ImportError(f"the verifiers environment needs verifiers 0.4.0 (verifiers.v1): {INSTALL_HINT} ({exc})") from exc
-    return vf
 
 
 class VerifiersEnvParams(BaseModel):
@@ -66,29 +56,6 @@ class VerifiersEnvParams(BaseModel):
     instructions: str | None = Field(None, description="The prompt's first part; null: the first task's system prompt.")
 
 
-def _load(params: VerifiersEnvParams, kwargs: dict[str, Any]) -> tuple[Any, Any]:
-    """``(Env or None, Taskset)`` of ``params.environment`` built with ``kwargs``; ``ValueError`` naming the field."""
-    vf = _verifiers()
-    name = params.environment
-    if ":" in name:
-        factory = import_callable(name, "verifiers environment (env.params.environment)")
-        try:
-            made = factory(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - any failure of the user's factory, reported with its kwargs
-            raise ValueError(f"env.params.environment {name!r} raised {type(exc).__name__}: {exc} (kwargs {kwargs})") from exc
-    else:
-        try:
-            made = vf.load_environment(vf.resolve_env_config({"taskset": {"id": name, **kwargs}}))
-        except ModuleNotFoundError as exc:
-            raise ValueError(f"env.params.environment: no verifiers taskset {name!r} is installed ({exc})") from None
-        except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError, verifiers' TypeError/ValueError
-            raise ValueError(f"env.params.kwargs: verifiers taskset {name!r} refused {kwargs}: {exc}") from None
-    taskset = made.taskset if isinstance(made, vf.Env) else made
-    if not isinstance(taskset, vf.Taskset):
-        raise ValueError(f"env.params.environment {name!r} returned {type(made).__name__}, not a verifiers Env or Taskset")
-    return (made if made is not taskset else None), taskset
-
-
 def _tasks(params: VerifiersEnvParams, taskset: Any) -> list[Any]:
     if params.max_tasks is None and not taskset.bounded:
         raise ValueError(f"env.params.max_tasks: the taskset {type(taskset).__name__} is infinite; set max_tasks")
@@ -97,10 +64,10 @@ def _tasks(params: VerifiersEnvParams, taskset: Any) -> list[Any]:
 
 def _split(params: VerifiersEnvParams) -> tuple[Any, list[Any], list[Any]]:
     """``(Env or None, train tasks, eval tasks)``; a training task equal to an eval task (same key) is dropped."""
-    env, taskset = _load(params, params.kwargs)
+    env, taskset = load_verifiers(params.environment, params.kwargs, "env.params")
     tasks = _tasks(params, taskset)
     if params.eval_kwargs is not None:
-        train, held = tasks, _tasks(params, _load(params, params.eval_kwargs)[1])
+        train, held = tasks, _tasks(params, load_verifiers(params.environment, params.eval_kwargs, "env.params")[1])
     else:
         n_eval = max(round(params.eval_fraction * len(tasks)), int(params.eval_fraction > 0 and len(tasks) >= 2))
         chosen = set(random.Random(params.seed).sample(range(len(tasks)), n_eval))
@@ -237,7 +204,7 @@ class VerifiersEnvironment:
     loop of its own, suspended at each turn of the played seat until ``step`` answers it."""
 
     def __init__(self, spec: _Spec) -> None:
-        self.vf, self.spec, self.loop = _verifiers(), spec, None
+        self.vf, self.spec, self.loop = import_verifiers("the verifiers environment"), spec, None
         self.task = self.talk = self.signal = self.reply = None  # the episode in progress: task, exchange, futures
 
     def reset(self, task_id: int, seed: int) -> Observation:
@@ -380,7 +347,7 @@ def verifiers_suite(params: VerifiersEnvParams) -> EnvironmentSuite:
     from verifiers.v1.configs.agent import agent_config_fields
 
     env, train, held = _split(params)
-    vf = _verifiers()
+    vf = import_verifiers("the verifiers environment")
     seats = dict(agent_config_fields(env.config)) if env is not None else {"agent": vf.AgentConfig()}
     seat = params.seat or (next(iter(seats)) if len(seats) == 1 else None)
     if seat not in seats:

@@ -34,15 +34,14 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from grove.registry import REWARD_FUNCTIONS, import_callable
+from grove.registry import REWARD_FUNCTIONS
 from grove.rewards.values import dataset_column
+from grove.verifiers_loading import import_verifiers, load_verifiers
 
-INSTALL_HINT = "pip install verifiers==0.4.0"
 TASK_COLUMN = "verifiers_task"
 
 log = logging.getLogger("grove.rewards")
@@ -50,17 +49,6 @@ log = logging.getLogger("grove.rewards")
 
 class VerifiersRubricError(RuntimeError):
     """A verifiers reward function failed on a completion (the message names the function and the task)."""
-
-
-def _verifiers() -> ModuleType:
-    try:
-        import verifiers.v1 as vf
-    except ImportError as exc:
-        raise ImportError(
-            f"the verifiers_rubric reward needs Prime Intellect's verifiers package with its 0.4.0 API "
-            f"(verifiers.v1): {INSTALL_HINT} ({exc})"
-        ) from exc
-    return vf
 
 
 @dataclass(frozen=True)
@@ -84,33 +72,9 @@ def _needs_runtime(fn: Any) -> bool:
     return param is not None and param.default is inspect.Parameter.empty
 
 
-def _load_taskset(environment: str, kwargs: dict[str, Any]) -> Any:
-    vf = _verifiers()
-    where = "verifiers_rubric"
-    if ":" in environment:
-        factory = import_callable(environment, f"verifiers environment ({where}.environment)")
-        try:
-            made = factory(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - any failure of the user's factory, reported with its kwargs
-            raise ValueError(
-                f"{where}.environment {environment!r} raised {type(exc).__name__}: {exc} (kwargs {kwargs})"
-            ) from exc
-    else:
-        try:
-            made = vf.load_environment(vf.resolve_env_config({"taskset": {"id": environment, **kwargs}}))
-        except ModuleNotFoundError as exc:
-            raise ValueError(f"{where}.environment: no verifiers taskset {environment!r} is installed ({exc})") from None
-        except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError, verifiers' TypeError/ValueError
-            raise ValueError(f"{where}.kwargs: verifiers taskset {environment!r} refused {kwargs}: {exc}") from None
-    taskset = made.taskset if isinstance(made, vf.Env) else made
-    if not isinstance(taskset, vf.Taskset):
-        raise ValueError(f"{where}.environment {environment!r} returned {type(made).__name__}, not a Taskset or Env")
-    return taskset
-
-
 @functools.lru_cache(maxsize=16)
 def _rubric(environment: str, kwargs_json: str) -> Rubric:
-    taskset = _load_taskset(environment, json.loads(kwargs_json))
+    taskset = load_verifiers(environment, json.loads(kwargs_json), "verifiers_rubric")[1]
     first = next(iter(taskset.take(1)), None)
     if first is None:
         raise ValueError(f"verifiers_rubric.environment {environment!r}: the taskset has no tasks")
@@ -165,7 +129,7 @@ class VerifiersRubricParams(BaseModel):
 def completion_trace(task: Any, completion: str) -> Any:
     """The ``vf.Trace`` of a one-segment rollout of ``task`` that answered ``completion``: the row's system prompt
     and prompt (or its string ``question``) as messages, then the completion as the sampled assistant message."""
-    vf = _verifiers()
+    vf = import_verifiers("the verifiers_rubric reward")
     from verifiers.v1.graph import MessageNode
     from verifiers.v1.state import state_cls
     from verifiers.v1.trace import AgentInfo, TraceTask

@@ -24,15 +24,12 @@ An infinite taskset (``Taskset.INFINITE``) needs ``max_tasks``, which caps the r
 from __future__ import annotations
 
 import random
-from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from grove.registry import import_callable
 from grove.tasks.task import TASKS, Example, Task, TaskDataError, TaskSplits
-
-INSTALL_HINT = "pip install verifiers==0.4.0"
+from grove.verifiers_loading import load_verifiers
 
 TASK_COLUMN = "verifiers_task"
 """The column holding a row's whole ``TaskData`` (JSON), from which the ``verifiers_rubric`` reward rebuilds it."""
@@ -40,16 +37,7 @@ TASK_COLUMN = "verifiers_task"
 _RESERVED_COLUMNS = ("prompts", "completions", TASK_COLUMN)
 
 
-def import_verifiers() -> ModuleType:
-    """``verifiers.v1`` (verifiers 0.4.0's API), imported on first use; an ``ImportError`` naming the install command."""
-    try:
-        import verifiers.v1 as vf
-    except ImportError as exc:
-        raise ImportError(
-            f"the verifiers adapter needs Prime Intellect's verifiers package with its 0.4.0 API (verifiers.v1): "
-            f"{INSTALL_HINT} ({exc})"
-        ) from exc
-    return vf
+
 
 
 class VerifiersTaskParams(BaseModel):
@@ -89,43 +77,6 @@ class VerifiersTaskParams(BaseModel):
         return v
 
 
-def load_taskset(environment: str, kwargs: dict[str, Any], where: str = "task") -> Any:
-    """The ``vf.Taskset`` ``environment`` names (see the module docstring); :class:`TaskDataError` naming
-    ``<where>.environment`` or ``<where>.kwargs`` when it cannot be loaded."""
-    vf = import_verifiers()
-    if ":" in environment:
-        factory = import_callable(environment, f"verifiers environment ({where}.environment)", TaskDataError)
-        try:
-            made = factory(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - any failure of the user's factory, reported with its kwargs
-            raise TaskDataError(
-                f"{where}.environment {environment!r} raised {type(exc).__name__}: {exc} "
-                f"(called with {where}.kwargs {kwargs})"
-            ) from exc
-    else:
-        made = _load_by_id(vf, environment, kwargs, where)
-    taskset = made.taskset if isinstance(made, vf.Env) else made
-    if not isinstance(taskset, vf.Taskset):
-        raise TaskDataError(
-            f"{where}.environment {environment!r} returned {type(made).__name__}, not a verifiers Taskset or Env"
-        )
-    return taskset
-
-
-def _load_by_id(vf: ModuleType, environment: str, kwargs: dict[str, Any], where: str) -> Any:
-    try:
-        return vf.load_environment(vf.resolve_env_config({"taskset": {"id": environment, **kwargs}}))
-    except ModuleNotFoundError as exc:
-        raise TaskDataError(
-            f"{where}.environment: no verifiers taskset {environment!r} is installed ({exc}); give an installed "
-            "taskset id or 'package.module:function'"
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError, verifiers' TypeError/ValueError
-        raise TaskDataError(
-            f"{where}.kwargs: verifiers taskset {environment!r} refused {kwargs}: {type(exc).__name__}: {exc}"
-        ) from None
-
-
 def read_tasks(taskset: Any, max_tasks: int | None, what: str) -> list[Any]:
     """The tasks of ``taskset`` (at most ``max_tasks``); :class:`TaskDataError` for an infinite one without a cap."""
     if max_tasks is None and not taskset.bounded:
@@ -137,9 +88,10 @@ def split_tasks(params: Any, where: str = "task") -> tuple[list[Any], list[Any]]
     """``(train, eval)`` tasks of the environment ``params`` name (``environment``, ``kwargs``, ``eval_kwargs``,
     ``eval_fraction``, ``seed``, ``max_tasks``); a training task equal to an eval task is dropped."""
     source = f"{where}.environment {params.environment!r}"
-    tasks = read_tasks(load_taskset(params.environment, params.kwargs, where), params.max_tasks, source)
+    tasks = read_tasks(load_verifiers(params.environment, params.kwargs, where, TaskDataError)[1], params.max_tasks, source)
     if params.eval_kwargs is not None:
-        held = read_tasks(load_taskset(params.environment, params.eval_kwargs, where), params.max_tasks, source)
+        held = read_tasks(load_verifiers(params.environment, params.eval_kwargs, where, TaskDataError)[1], params.max_tasks,
+                          source)
         train = tasks
     else:
         n_eval = round(params.eval_fraction * len(tasks))
