@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from grove.envs.base import Observation
+from grove.envs.base import Observation, Transition
 from grove.registry import ACTION_PARSERS, NoParams
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "normalize_action",
     "raw_action",
     "tag_action",
+    "unknown_action_step",
 ]
 
 
@@ -105,6 +107,17 @@ class AdmissibleParams(BaseModel):
 _NUMBER_RE = re.compile(r"[\[(]?\s*(\d+)\s*[\]).:]?")
 _NUMBERED_LINE_RE = re.compile(r"\d+\s*[.):]\s+(.+)", re.DOTALL)
 _STRIP_CHARS = " \t\n\"'`[]()."
+
+
+def unknown_action_step(
+    action: str, actions: Sequence[str], truncated: bool, observe: Callable[[str], Observation], **info: bool
+) -> Transition:
+    """The step of a command the environment does not know: a no-op with reward 0 (it counts towards the step
+    limit, so it ends the episode when ``truncated``), the observation led by the list of actions, and
+    ``info["invalid_action"] = True`` (plus ``info``'s other entries). The action parsers normally prevent it."""
+    note = f"Unknown action {action!r}; the actions are: {', '.join(actions)}."
+    details = {"won": False, **info, "truncated": truncated, "invalid_action": True}
+    return Transition(observe(note), 0.0, truncated, details)
 
 
 def normalize_action(text: str) -> str:

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from grove.envs.actions import normalize_action
+from grove.envs.actions import normalize_action, unknown_action_step
 from grove.envs.base import EnvironmentSuite, Observation, Transition
 from grove.envs.toy_text_environment import ANSWER_FORMAT, EVAL_TASK_OFFSET, GYMNASIUM, reset_seed
 from grove.registry import ENVIRONMENTS
@@ -215,9 +215,7 @@ class GymnasiumTextEnvironment:
         index = self._index.get(normalize_action(action))
         if index is None:
             self._done = limit
-            note = f"Unknown action {action!r}; the actions are: {', '.join(self.actions)}."
-            info = {"won": False, "lost": False, "truncated": limit, "invalid_action": True}
-            return Transition(self._observe(note), 0.0, limit, info)
+            return unknown_action_step(action, self.actions, limit, self._observe, lost=False)
         start = getattr(self._env.action_space, "start", 0)
         self._obs, reward, terminated, truncated, _ = self._env.step(int(start) + index)
         terminated, truncated = bool(terminated), bool(truncated) or limit

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from grove.envs.actions import normalize_action
+from grove.envs.actions import normalize_action, unknown_action_step
 from grove.envs.base import EnvironmentSuite, Observation, Transition
 from grove.envs.sokoban_levels import (
     I2A,
@@ -110,9 +110,7 @@ class SokobanEnvironment:
         key = normalize_action(action)
         if key not in MOVES:
             self._done = truncated
-            note = f"Unknown action {action!r}; the actions are: {', '.join(self.actions)}."
-            info = {"won": False, "truncated": truncated, "invalid_action": True, "moved": False}
-            return Transition(self._observe(note), 0.0, truncated, info)
+            return unknown_action_step(action, self.actions, truncated, self._observe, moved=False)
         reward, moved = STEP_REWARD, False
         d = MOVES[key]
         nxt = step_cell(self.player, d)

@@ -24,7 +24,7 @@ import hashlib
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from grove.envs.actions import normalize_action
+from grove.envs.actions import normalize_action, unknown_action_step
 from grove.envs.base import Observation, Transition
 from grove.envs.transition_table_plans import TablePlan, TransitionKind, plan_transition_table
 
@@ -122,9 +122,7 @@ class ToyTextEnvironment:
         key = normalize_action(action)
         if key not in self._index:
             self._done = truncated
-            note = f"Unknown action {action!r}; the actions are: {', '.join(self.actions)}."
-            info = {"won": False, "lost": False, "truncated": truncated, "invalid_action": True}
-            return Transition(self._observe(note), 0.0, truncated, info)
+            return unknown_action_step(action, self.actions, truncated, self._observe, lost=False)
         _, reward, terminated, _, _ = self._env.step(self._index[key])
         won, lost, note = self._outcome(float(reward), bool(terminated))
         self._done = bool(terminated) or truncated
