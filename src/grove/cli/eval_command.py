@@ -60,19 +60,20 @@ def eval_(
         suites = [(t, configs[0], [f"task={{id: {t}}}"]) for t in task] + (suites[1:] if len(configs) > 1 else [])
     models: list[str | None] = list(model or []) or [None]
     runs = []
+    loaded: dict[str, tuple] = {}  # each model loaded once, whatever the number of suites
     for label, path, suite_overrides in suites:
         cfg = load_for_command(path, overrides + suite_overrides)
         for name in models:
-            name, result = _evaluate(cfg, name)
+            name, result = _evaluate(cfg, name, loaded)
             runs.append(SuiteRun(label, name, result))
             _print_result(cfg, name, result, detailed=len(suites) == 1 and len(models) == 1)
     if len(runs) > 1:
         print_suite_table(runs)
 
 
-def _evaluate(cfg, model: str | None) -> tuple[str, EvalResult]:
+def _evaluate(cfg, model: str | None, loaded: dict[str, tuple]) -> tuple[str, EvalResult]:
     """``model`` (default: the config's policy) evaluated on ``cfg``'s held-out items; an ``error:`` exit for a
-    mistake of the user's."""
+    mistake of the user's. ``loaded``: the models already loaded, by name (filled here)."""
     import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
     from grove.experience import SourceContext, build_experience_source
     from grove.infra.runtime import configure_runtime
@@ -86,7 +87,9 @@ def _evaluate(cfg, model: str | None) -> tuple[str, EvalResult]:
             from grove.models.initial_weights import policy_source
 
             model = policy_source(cfg.model.name, cfg.model.init_from)
-        policy, tokenizer = load_policy(model)
+        if model not in loaded:
+            loaded[model] = load_policy(model)
+        policy, tokenizer = loaded[model]
     except (FileNotFoundError, ValueError) as exc:  # ModelLoadError is a ValueError
         fail(str(exc))
     engine = build_rollout_engine(cfg.rollout, policy, tokenizer)
