@@ -17,7 +17,8 @@ ALLOWED = {
     "batch": {"step_table"},
     "atomic_files": set(),
     "user_code": set(),
-    "registry": {"user_code"},
+    "python_objects": set(),
+    "registry": {"python_objects", "user_code"},
     "verifiers_loading": {"registry"},
     "builtin_components": {"core", "envs", "experience", "rewards", "rollout_engines", "tasks"},
     "rollout_engines": {"config", "registry", "rollout"},
@@ -50,8 +51,10 @@ ALLOWED = {
     "command_failures": {
         "config", "envs", "experience", "infra", "models", "rewards", "rollout", "sft", "tasks", "user_code",
     },
+    "api": {"atomic_files", "config", "evaluation", "experience", "infra", "models", "python_objects", "resolve",
+            "rollout_engines", "training"},
     "cli": {
-        "command_failures", "config", "demos", "distributed", "evaluation", "experience", "infra",
+        "api", "command_failures", "config", "demos", "distributed", "evaluation", "experience", "infra",
         "models", "resolve", "rollout", "rollout_engines", "tasks", "training", "view",
     },
 }

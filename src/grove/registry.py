@@ -199,12 +199,17 @@ STEP_ANNOTATORS: Registry = Registry("step annotator")
 
 def import_callable(path: str, what: str, error: type[Exception] = ValueError) -> Callable[..., Any]:
     """The callable at ``"package.module:attr"`` (``attr`` may be dotted), for user components given by import
-    path (rewards, environments). Failures raise ``error`` with a message naming ``what`` (e.g. ``"reward"``)
+    path (rewards, environments), or the object a ``python:<name>`` reference names in this process
+    (:mod:`grove.python_objects`). Failures raise ``error`` with a message naming ``what`` (e.g. ``"reward"``)
     and the path: malformed path, module not importable (with the working directory), module raising on
-    import, missing attribute, not callable."""
+    import, missing attribute, not callable, a ``python:`` reference this process does not hold."""
     import importlib
     import os
 
+    from grove.python_objects import is_python_reference, lookup
+
+    if is_python_reference(path):
+        return lookup(path, what, error)
     module_name, _, attr_path = path.partition(":")
     if not module_name or not attr_path:
         raise error(f"{what} import path {path!r} must look like 'package.module:function'")

@@ -75,26 +75,15 @@ def _evaluate(cfg, model: str | None, loaded: dict[str, tuple]) -> tuple[str, Ev
     """``model`` (default: the config's policy) evaluated on ``cfg``'s held-out items; an ``error:`` exit for a
     mistake of the user's. ``loaded``: the models already loaded, by name (filled here)."""
     import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
-    from grove.experience import SourceContext, build_experience_source
-    from grove.infra.runtime import configure_runtime
-    from grove.models.pretrained import load_policy
-    from grove.rollout_engines import build_rollout_engine
+    from grove.api.evaluation import evaluate_loaded, load_model
 
-    configure_runtime(**cfg.runtime_settings())
     print_precision_warning(cfg.train.precision, False, "cpu")  # generation under the precision's autocast
     try:
-        if model is None:
-            from grove.models.initial_weights import policy_source
-
-            model = policy_source(cfg.model.name, cfg.model.init_from)
-        if model not in loaded:
-            loaded[model] = load_policy(model)
-        policy, tokenizer = loaded[model]
+        name, (policy, tokenizer) = load_model(cfg, model, loaded)
     except (FileNotFoundError, ValueError) as exc:  # ModelLoadError is a ValueError
         fail(str(exc))
-    engine = build_rollout_engine(cfg.rollout, policy, tokenizer)
     try:
-        return str(model), build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer)).evaluate()
+        return str(name), evaluate_loaded(cfg, policy, tokenizer)
     except user_error_types() as exc:
         fail(user_message(exc))
 

@@ -16,9 +16,11 @@ from grove.config.components import ComponentSpec
 from grove.config.loading import (
     ConfigError,
     apply_overrides,
+    config_from_data,
     dump_config,
     format_validation_error,
     read_config,
+    read_config_data,
 )
 from grove.config.schema import GroveConfig
 
@@ -27,7 +29,9 @@ __all__ = [
     "ConfigError",
     "GroveConfig",
     "apply_overrides",
+    "config_from_data",
     "dump_config",
     "format_validation_error",
     "read_config",
+    "read_config_data",
 ]

@@ -19,7 +19,15 @@ from pydantic import BaseModel, ValidationError
 from grove.config.presets import PRESETS, expand_preset
 from grove.config.schema import GroveConfig
 
-__all__ = ["ConfigError", "apply_overrides", "dump_config", "format_validation_error", "read_config"]
+__all__ = [
+    "ConfigError",
+    "apply_overrides",
+    "config_from_data",
+    "dump_config",
+    "format_validation_error",
+    "read_config",
+    "read_config_data",
+]
 
 
 class ConfigError(ValueError):
@@ -229,8 +237,13 @@ def read_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     checked by :func:`grove.resolve.load_config`)."""
     data: dict[str, Any] = {}
     if path is not None:
-        data = _read_config_file(Path(path))
-    data = apply_overrides(data, overrides or [])
+        data = read_config_data(Path(path))
+    return config_from_data(apply_overrides(data, overrides or []))
+
+
+def config_from_data(data: dict[str, Any]) -> GroveConfig:
+    """Validate a config's data (the mapping a YAML file holds, overrides applied): the preset expanded, the schema
+    checked; every problem is a :class:`ConfigError` naming the key."""
     algorithm = data.get("algorithm")
     preset = algorithm.get("preset") if isinstance(algorithm, dict) else None
     if preset is not None and not isinstance(preset, str):
@@ -247,7 +260,7 @@ def read_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         raise ConfigError(format_validation_error(exc)) from None
 
 
-def _read_config_file(p: Path) -> dict[str, Any]:
+def read_config_data(p: Path) -> dict[str, Any]:
     """The mapping a config file holds; every problem is a :class:`ConfigError` naming the file (and line)."""
     if not p.exists():
         raise ConfigError(f"config file {str(p)!r} does not exist")

@@ -3,9 +3,9 @@
 Both read one row per problem, take the prompt from ``prompt_column`` (a string, or a list of chat
 messages ``{"role", "content"}``) and the gold answer from ``answer_column`` (converted to ``str``).
 All other columns are kept in :attr:`Example.columns` and reach reward functions as keyword
-arguments. Without an eval file, ``eval_fraction`` of the rows is held out, chosen by ``seed``; both
-splits keep file order. Relative paths are resolved against the current working directory. Nothing
-is ever downloaded: ``hf_dataset`` only reads local files.
+arguments; ``answer_column: null`` reads rows without a gold answer. Without an eval file, ``eval_fraction`` of
+the rows is held out, chosen by ``seed``; both splits keep file order. Relative paths are resolved against the
+current working directory. Nothing is ever downloaded: ``hf_dataset`` only reads local files.
 """
 
 from __future__ import annotations
@@ -34,7 +34,11 @@ class FileTaskParams(BaseModel):
         0.1, ge=0, lt=1, description="Fraction of train rows held out for eval when there is no eval file."
     )
     prompt_column: str = Field("prompt", description="Column holding the prompt (string or chat messages).")
-    answer_column: str = Field("answer", description="Column holding the gold answer (converted to str).")
+    answer_column: str | None = Field(
+        "answer",
+        description="Column holding the gold answer (converted to str); null: the rows have no gold answer (the "
+        "answer is empty), for rewards that judge a completion without one.",
+    )
     prompt_template: str | None = Field(
         None, description="If set, the prompt is this text with '{prompt}' replaced by the prompt column."
     )
@@ -167,7 +171,7 @@ def rows_to_examples(
             (params.prompt_column, "prompt", "prompt_column"),
             (params.answer_column, "gold answer", "answer_column"),
         ):
-            if column not in row:
+            if column is not None and column not in row:
                 raise MissingColumnError(
                     f"{where}: column {column!r} not found in this row; available columns: "
                     f"{', '.join(map(str, row)) or '(none)'}; add it, or set the task's {key} to the column "
@@ -190,9 +194,12 @@ def rows_to_examples(
                 f"{where}: column {params.prompt_column!r} must be a string or a list of chat "
                 f"messages, got {type(prompt).__name__}"
             )
-        answer = row[params.answer_column]
+        answer = "" if params.answer_column is None else row[params.answer_column]
         if answer is None:
-            raise TaskDataError(f"{where}: answer column {params.answer_column!r} is empty (null)")
+            raise TaskDataError(
+                f"{where}: answer column {params.answer_column!r} is empty (null); give every row an answer, or set "
+                "the task's answer_column: null when the rewards need no gold answer"
+            )
         answer = str(answer)
         columns = {k: v for k, v in row.items() if k != params.prompt_column}
         columns["answer"] = answer

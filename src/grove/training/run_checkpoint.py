@@ -42,6 +42,7 @@ __all__ = [
     "NoLoadableCheckpointError",
     "RunStart",
     "RunState",
+    "holds_run",
     "prepare_run_dir",
     "record_resumed_config",
     "restore_run_checkpoint",
@@ -80,11 +81,17 @@ class RunState:
     sharded: bool = False  # checkpoint.format: sharded
 
 
+def holds_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run that trained (a checkpoint, or a step's metrics): a new run may not start
+    there."""
+    return bool(ckpt.list_checkpoints(run_dir)) or (run_dir / "metrics.jsonl").exists()
+
+
 def prepare_run_dir(cfg: GroveConfig, run_dir: Path, world: World, resume: bool) -> RunStart:
     """Where the run starts, after checking or creating ``run_dir``."""
     if resume:
         return _resume_from(cfg, run_dir, world)
-    if ckpt.list_checkpoints(run_dir) or (run_dir / "metrics.jsonl").exists():
+    if holds_run(run_dir):
         raise ConfigError(
             f"output_dir {str(run_dir)!r} already holds a run; continue it with "
             f"--resume {run_dir}, or choose a new one with --set output_dir=..."
