@@ -1,5 +1,6 @@
 """The README's quickstart snippets work as written: the config of "Your own data and reward" loads and passes the
-run's checks with a user reward, and the environment of "Your own environment" builds and is won by counting up."""
+run's checks with a user reward, its Python snippet trains and evaluates, and the environment of "Your own
+environment" builds and is won by counting up."""
 
 from __future__ import annotations
 
@@ -63,3 +64,21 @@ def test_the_own_environment_builds_and_is_won_by_counting_up(importable):
     assert first.anchor == -1 and first.admissible_actions == ("inc", "dec")
     transitions = [env.step("inc") for _ in range(4)]
     assert [t.done for t in transitions] == [False, False, False, True] and transitions[-1].info["won"]
+
+
+def test_the_python_snippet_trains_and_evaluates(tmp_path, monkeypatch):
+    """The snippet of "Your own data and reward" run as written, on a tiny model and one small step."""
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "model", seed=0)
+    code = _block("python", "import grove")
+    small = (
+        'train={"steps": 1, "prompts_per_step": 2, "completions_per_prompt": 2}, rollout={"max_new_tokens": 4}, '
+        'threads=1, logging={"progress": False, "tensorboard": False}, eval={"max_examples": 4}'
+    )
+    assert '"smollm2-135m"' in code and 'train={"steps": 20}' in code
+    code = code.replace('"smollm2-135m"', repr(str(model))).replace('train={"steps": 20}', small)
+    code = code.replace("samples=4)", "samples=2, max_examples=3)")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_snippet"})  # noqa: S102 - the README's own code
+    assert (tmp_path / "runs" / "notebook" / "summary.json").is_file()
