@@ -173,6 +173,14 @@ def test_a_failing_python_reward_names_itself_and_the_sample(tmp_path, tiny_mode
     assert tolerant.metrics[0]["reward_errors/broken"] == 4
 
 
+def test_a_notebook_function_cannot_run_in_a_worker_process():
+    def local(prompts, completions, **_):
+        return [0.0] * len(completions)
+
+    with pytest.raises(ConfigError, match="cannot be imported there; define it at module level"):
+        grove.make_config(rewards=[{"id": local, "isolation": "process"}])
+
+
 def test_a_new_run_refuses_an_output_dir_that_holds_one(tmp_path, tiny_model):
     grove.train(rewards=[ends_with_answer], train_dataset=ROWS, **small(tiny_model, tmp_path / "run"))
     with pytest.raises(ConfigError, match=r"already holds a run; continue it with grove.train\(\.\.\., resume=True\)"):

@@ -148,7 +148,8 @@ def make_config(
     env: Callable[..., Any] | str | Mapping[str, Any] | None = None,
     **sections: Any,
 ) -> GroveConfig:
-    """A validated run config, checked as ``grove train`` checks one.
+    """A validated run config, checked as ``grove train`` checks one before loading the model (the schema, every
+    component, and what only resolving user code shows: :func:`grove.training.preflight.preflight`).
 
     Args:
         source: a YAML file, the dict such a file holds, or a :class:`~grove.config.GroveConfig`; ``None``: the
@@ -173,9 +174,12 @@ def make_config(
         grove.config.ConfigError: a problem with the config, naming the key and the fix.
     """
     from grove.resolve import check_config  # registers every component (imports torch)
+    from grove.training.preflight import preflight
 
     data = config_data(
         source, overrides=overrides, rewards=rewards, train_dataset=train_dataset, eval_dataset=eval_dataset,
         env=env, **sections,
     )
-    return check_config(config_from_data(data))
+    cfg = check_config(config_from_data(data))
+    preflight(cfg)  # the rewards and environment factory resolve, the model and its LoRA targets exist
+    return cfg

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from grove.python_objects import is_python_reference
 from grove.registry import REWARD_FUNCTIONS, ScoresSeveralObjectives, WeighsObjectives, import_callable
 from grove.rewards.reward_workers import RewardWorker, pickled_reward
 
@@ -200,6 +201,12 @@ def resolve_reward(
         "on_error": on_error, "isolation": isolation, "timeout_s": None if timeout_s is None else float(timeout_s)
     }
     if ":" in id_or_path:
+        if isolation == "process" and is_python_reference(id_or_path):
+            raise RewardLoadError(
+                f"reward {id_or_path!r}: isolation 'process' runs the reward in a worker process, which imports it, "
+                f"and a function handed over from a notebook or a script's __main__ cannot be imported there; define "
+                f"it at module level in an importable module (then it is named by import path), or use isolation: none"
+            )
         if params:
             raise RewardLoadError(
                 f"reward {id_or_path!r} is a user function and takes no params; got "
