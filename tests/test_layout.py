@@ -25,7 +25,7 @@ ALLOWED = {
     "kernels": set(),
     "models": {"batch", "core", "infra", "kernels", "rollout"},
     "rollout": set(),
-    "rewards": {"registry", "user_code", "verifiers_loading"},
+    "rewards": {"infra", "models", "registry", "user_code", "verifiers_loading"},
     "tasks": {"atomic_files", "knowledge", "registry", "verifiers_loading"},
     "infra": {"atomic_files", "kernels"},
     "evaluation": {"infra", "rewards", "rollout", "tasks", "user_code"},
