@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from grove.cli import app
 from grove.config import ConfigError
 from grove.config.derived import reward_model_bytes
 from grove.config.reward_columns import reward_column_names
+from grove.infra.memory_plan import ModelDims, RunShape, estimate_peak_bytes
 from grove.models.tiny import create_tiny_model_dir
 from grove.resolve import load_config
 from grove.rewards.reward_model_loading import forget_loaded_models
@@ -234,6 +236,12 @@ def test_memory_plan_counts_the_reward_model_weights(rm, tmp_path):
     assert "reward models (weights)" in result.output
     plain = CliRunner().invoke(app, ["config", "show", "examples/arithmetic.yaml", "--set", sets[0]])
     assert plain.exit_code == 0 and "reward models" not in plain.output
+    m = ModelDims(num_params=1000, hidden=4, intermediate=8, layers=2, kv_dim=2, vocab=10)
+    shape = RunShape(prompt_tokens=5, max_new_tokens=3, prompts_per_step=2, completions_per_prompt=4,
+                     micro_batch_size=4, shared_prefix=True, reference_model=False)
+    without, with_rm = estimate_peak_bytes(m, shape), estimate_peak_bytes(m, replace(shape, reward_model_bytes=123.0))
+    assert with_rm["reward models (weights)"] == 123 and with_rm["total"] == without["total"] + 123
+    assert "reward models (weights)" not in without
 
 
 def tiny_run_config(path, policy, out, rewards, **extra) -> str:
@@ -266,3 +274,12 @@ def test_train_with_a_three_head_reward_model_and_gdpo(rm, tmp_path):
     assert all(torch.isfinite(torch.tensor(m["loss"])) for m in metrics)
     final = json.loads((out / "eval.jsonl").read_text().splitlines()[-1])
     assert {"objective/accuracy", "objective/faithfulness", "objective/style"} <= set(final)
+
+
+def test_device_auto_is_the_cpu_without_cuda_and_cuda_without_it_is_an_error(monkeypatch):
+    from grove.rewards.reward_model_loading import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu") == resolve_device("cpu")
+    with pytest.raises(ValueError, match="device: cuda, but CUDA is not available"):
+        resolve_device("cuda")
