@@ -26,7 +26,7 @@ ALLOWED = {
     "kernels": set(),
     "models": {"batch", "core", "infra", "kernels", "rollout"},
     "rollout": set(),
-    "rewards": {"python_objects", "registry", "user_code", "verifiers_loading"},
+    "rewards": {"infra", "models", "python_objects", "registry", "user_code", "verifiers_loading"},
     "tasks": {"atomic_files", "knowledge", "registry", "verifiers_loading"},
     "infra": {"atomic_files", "kernels"},
     "evaluation": {"infra", "rewards", "rollout", "tasks", "user_code"},

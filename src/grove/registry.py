@@ -61,8 +61,17 @@ class MayProduceAdvantages(Protocol):
     def produces_advantages(self) -> bool: ...
 
 
+@runtime_checkable
+class LoadsModelWeights(Protocol):
+    """A component whose parameters name a model it loads itself (a reward model, a judge): the bytes of its
+    weights, a line of the memory plan (``grove config show``)."""
+
+    def model_bytes(self) -> int: ...
+
+
 PARAMETER_CAPABILITIES: tuple[type, ...] = (
     ScoresSeveralObjectives, WeighsObjectives, NeedsLargerGroups, NamesObjectives, MayProduceAdvantages,
+    LoadsModelWeights,
 )
 
 

@@ -83,7 +83,7 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
     import torch
 
     import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
-    from grove.config.derived import generates_from_bf16_copy, needs_reference_model
+    from grove.config.derived import generates_from_bf16_copy, needs_reference_model, reward_model_bytes
     from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes, lora_parameter_count
     from grove.models.pretrained import resolve_model_path
     from grove.rollout.engine import encode_prompts
@@ -130,6 +130,7 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
         lora_params=lora_params,
         processes=processes,
         strategy=cfg.distributed.strategy,
+        reward_model_bytes=reward_model_bytes(cfg),
     )
     parts = estimate_peak_bytes(dims, shape)
     per_rank = f", per rank of {processes} ({cfg.distributed.strategy})" if processes > 1 else ""

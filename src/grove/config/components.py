@@ -39,7 +39,7 @@ def check_component(spec: ComponentSpec, registry: Registry, field: str) -> None
         spec.validated(registry)
     except ValidationError as exc:
         allowed = ", ".join(registry.entry(spec.id).params.model_fields) or "(none)"
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or field}: {e['msg']}" for e in exc.errors()
+        problems = "; ".join(  # each problem named by its full key, e.g. rewards.0.model
+            f"{'.'.join((field, *(str(p) for p in e['loc'])))}: {e['msg']}" for e in exc.errors()
         )
         raise ValueError(f"{registry.kind} {spec.id!r}: {problems}. Parameters it takes: {allowed}") from None

@@ -1,5 +1,5 @@
 """What a config implies rather than states: the reference model, the bf16 generation copy, the zero-advantage
-skip."""
+skip, the weights of the models its rewards load."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from grove.config.schema import GroveConfig
 
-__all__ = ["generates_from_bf16_copy", "needs_reference_model", "zero_advantage_skip_blocker"]
+__all__ = ["generates_from_bf16_copy", "needs_reference_model", "reward_model_bytes", "zero_advantage_skip_blocker"]
 
 
 def needs_reference_model(cfg: GroveConfig) -> bool:
@@ -17,6 +17,18 @@ def needs_reference_model(cfg: GroveConfig) -> bool:
     from grove.registry import POLICY_LOSSES
 
     return cfg.algorithm.kl.coef > 0 or "ref_logprobs" in POLICY_LOSSES.entry(cfg.algorithm.policy_loss.id).requires
+
+
+def reward_model_bytes(cfg: GroveConfig) -> int:
+    """Bytes of the weights of the models the rewards load themselves (``sequence_classifier``, ``judge``): the sum
+    of ``model_bytes()`` over the rewards whose parameters declare :class:`grove.registry.LoadsModelWeights`."""
+    from grove.registry import REWARD_FUNCTIONS, LoadsModelWeights
+
+    return sum(
+        r.validated(REWARD_FUNCTIONS).model_bytes()
+        for r in cfg.rewards
+        if r.id in REWARD_FUNCTIONS and REWARD_FUNCTIONS.entry(r.id).declares(LoadsModelWeights)
+    )
 
 
 def generates_from_bf16_copy(cfg: GroveConfig) -> bool:

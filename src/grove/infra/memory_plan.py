@@ -19,6 +19,8 @@ The estimate adds the resident pieces of a training step for a decoder-only tran
   shared-prefix forward, the prompt is counted once per group, not once per completion; with
   ``train.activation_checkpointing`` one hidden vector per layer and token plus one layer's set;
 * the generation KV cache: ``2 · layers · kv_dim`` values per token for every row;
+* the weights of the models the rewards load themselves (a ``sequence_classifier`` reward model, a ``judge``):
+  parameters × bytes of their precision, a line of their own (:func:`grove.config.derived.reward_model_bytes`);
 * the output projection (:mod:`grove.kernels.output_projection`): the float32 probabilities and log-probs of one
   micro-batch's predicted tokens when they fit in ``train.logit_cache_mb`` (kept from forward to
   backward), else two ``[chunk, vocab]`` float32 buffers; plus a float32 ``[vocab, hidden]`` gradient
@@ -83,7 +85,7 @@ class ModelDims:
         head_dim = config.get("head_dim") or hidden // heads
         kv_heads = config.get("num_key_value_heads") or heads
         return cls(
-            num_params=_count_params(path),
+            num_params=count_params(path),
             hidden=hidden,
             intermediate=config.get("intermediate_size", 4 * hidden),
             layers=config["num_hidden_layers"],
@@ -108,7 +110,8 @@ def lora_parameter_count(m: ModelDims, r: int, target_modules: Sequence[str]) ->
     return m.layers * sum(r * (shapes[n][0] + shapes[n][1]) for n in names)
 
 
-def _count_params(path: Path) -> int:
+def count_params(path: Path) -> int:
+    """Parameters of the model in ``path``: the element counts of every tensor in its safetensors headers."""
     total = 0
     for file in sorted(path.glob("*.safetensors")):
         with file.open("rb") as f:
@@ -142,6 +145,7 @@ class RunShape:
     bf16_moments: bool = False  # optim.state_dtype: bf16 (2 + 2 bytes of AdamW state per trained parameter)
     processes: int = 1  # ranks of a torchrun launch; the estimate is per rank
     strategy: str = "ddp"  # distributed.strategy when processes > 1: "ddp" | "fsdp2"
+    reward_model_bytes: float = 0.0  # weights of the models rewards load (sequence_classifier, judge), every rank
 
 
 def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
@@ -197,5 +201,7 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         parts["generation replica (full)"] = (2.0 if r.bf16_generation_copy else 4.0) * m.num_params
         layer = (m.num_params - m.vocab * m.hidden) / max(m.layers, 1)
         parts["gathered layers (2, with gradients)"] = 2 * 2 * 4.0 * layer
+    if r.reward_model_bytes:  # each rank scores its own rows, with its own copy
+        parts["reward models (weights)"] = float(r.reward_model_bytes)
     parts["total"] = sum(parts.values())
     return parts

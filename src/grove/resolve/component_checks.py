@@ -188,7 +188,7 @@ def _check_experience_source(cfg: GroveConfig) -> None:
         raise ValueError("env.params: 'id' is not a parameter; the environment is chosen by env.id")
     if ":" not in e.id:  # a user factory by import path is checked when it is built
         try:
-            check_component(ComponentSpec(id=e.id, **e.params), ENVIRONMENTS, "env")
+            check_component(ComponentSpec(id=e.id, **e.params), ENVIRONMENTS, "env.params")
         except ValueError as exc:
             if e.id in ENVIRONMENTS:
                 raise ValueError(f"env.params: {exc}") from None
