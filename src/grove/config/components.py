@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from grove.registry import Registry
 
-__all__ = ["ComponentSpec", "check_component"]
+__all__ = ["ComponentParamsError", "ComponentSpec", "check_component"]
 
 
 class ComponentSpec(BaseModel):
@@ -28,6 +28,10 @@ class ComponentSpec(BaseModel):
         return registry.validate_params(self.id, self.params)
 
 
+class ComponentParamsError(ValueError):
+    """A known component's parameters are invalid; the message names each problem by its full key."""
+
+
 def check_component(spec: ComponentSpec, registry: Registry, field: str) -> None:
     """Raise ``ValueError`` naming the unknown id (with the closest known one and the allowed ids) or the
     parameter problems (with the parameters the component takes)."""
@@ -42,4 +46,4 @@ def check_component(spec: ComponentSpec, registry: Registry, field: str) -> None
         problems = "; ".join(  # each problem named by its full key, e.g. rewards.0.model
             f"{'.'.join((field, *(str(p) for p in e['loc'])))}: {e['msg']}" for e in exc.errors()
         )
-        raise ValueError(f"{registry.kind} {spec.id!r}: {problems}. Parameters it takes: {allowed}") from None
+        raise ComponentParamsError(f"{registry.kind} {spec.id!r}: {problems}. Parameters it takes: {allowed}") from None

@@ -11,7 +11,7 @@ import importlib
 
 import grove.builtin_components  # noqa: F401  (registers every built-in component)
 from grove.config import GroveConfig
-from grove.config.components import ComponentSpec, check_component
+from grove.config.components import ComponentParamsError, ComponentSpec, check_component
 from grove.config.reward_columns import reward_column_names
 from grove.registry import (
     ACTION_PARSERS,
@@ -86,6 +86,8 @@ def _check_rewards(cfg: GroveConfig) -> None:
         if ":" not in r.id:
             try:
                 check_component(r, REWARD_FUNCTIONS, f"rewards.{i}")
+            except ComponentParamsError:  # its message names the full key
+                raise
             except ValueError as exc:
                 raise ValueError(f"rewards.{i}: {exc}") from None
     columns = [c for r in cfg.rewards for c in reward_column_names(r)]
@@ -112,6 +114,8 @@ def _check_reward_aggregation(cfg: GroveConfig) -> None:
     spec = cfg.algorithm.reward_aggregation
     try:
         check_component(spec, REWARD_AGGREGATORS, "algorithm.reward_aggregation")
+    except ComponentParamsError:
+        raise
     except ValueError as exc:
         raise ValueError(f"algorithm.reward_aggregation: {exc}") from None
     if cfg.source_id == "environment" and spec.id != "sum_then_normalize":
@@ -189,6 +193,8 @@ def _check_experience_source(cfg: GroveConfig) -> None:
     if ":" not in e.id:  # a user factory by import path is checked when it is built
         try:
             check_component(ComponentSpec(id=e.id, **e.params), ENVIRONMENTS, "env.params")
+        except ComponentParamsError:
+            raise
         except ValueError as exc:
             if e.id in ENVIRONMENTS:
                 raise ValueError(f"env.params: {exc}") from None
