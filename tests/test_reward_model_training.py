@@ -323,3 +323,34 @@ def test_without_an_rm_section_the_command_says_what_to_add(setup, tmp_path):
     config.write_text(dump_config(load_config(None, [f"model.name={tiny}", f"output_dir={tmp_path / 'o'}"])))
     result = CliRunner().invoke(app, ["rm", str(config)])
     assert result.exit_code == 2 and "rm: {data:" in " ".join(result.output.split())
+
+
+def test_the_clinical_example_labels_vary_and_its_config_reads_them(setup, tmp_path):
+    """examples/reward_model_clinical.yaml: make_labels.py writes rows whose rule-based labels vary (cached), and the
+    config's rm section reads them with the tiny model's tokenizer."""
+    root, tiny, _, _ = setup
+    repo = Path(__file__).resolve().parent.parent
+    out = tmp_path / "labels"
+    command = [sys.executable, str(repo / "examples" / "reward_model" / "make_labels.py"),
+               str(repo / "examples" / "reward_model_clinical.yaml"), "--train-cases", "4", "--eval-cases", "2",
+               "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=repo, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    assert len(rows) == 16 and rows[0]["prompt"][0]["role"] == "system"
+    for head in ("accuracy", "faithfulness", "comprehensiveness"):
+        assert len({r["labels"][head] for r in rows}) > 1, head  # the corruptions move every label
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=repo, env=env)
+    assert "up to date" in again.stdout
+    from grove.rm.reward_splits import load_rm_splits
+
+    cfg = load_config(repo / "examples" / "reward_model_clinical.yaml", [
+        f"model.name={tiny}", f"rm.data=[{out / 'train.jsonl'}]", f"rm.eval_data=[{out / 'eval.jsonl'}]",
+        "rm.max_length=4096"])
+    from grove.models.pretrained import load_policy
+
+    _, tokenizer = load_policy(tiny)
+    splits = load_rm_splits(cfg, tokenizer)
+    assert splits.heads == ("accuracy", "faithfulness", "comprehensiveness")
+    assert len(splits.train) == 16 and len(splits.held_out) == 8
