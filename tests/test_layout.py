@@ -36,16 +36,17 @@ ALLOWED = {
     "knowledge": {"atomic_files", "registry"},
     "envs": {"knowledge", "registry", "user_code", "verifiers_loading"},
     "sft": {"batch", "config", "rollout"},
+    "rm": {"batch", "config", "distributed", "evaluation", "infra", "sft"},
     "demos": {"atomic_files", "config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
     "view": {"infra"},
     "resolve": {"builtin_components", "config", "core", "infra", "pipeline", "registry", "tasks"},
     "experience": {
         "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",
-        "rollout", "sft", "tasks", "user_code",
+        "rm", "rollout", "sft", "tasks", "user_code",
     },
     "training": {
         "atomic_files", "batch", "builtin_components", "config", "distributed", "envs", "evaluation", "experience",
-        "infra", "models", "pipeline", "registry", "resolve", "rewards", "rollout", "rollout_engines", "sft",
+        "infra", "models", "pipeline", "registry", "resolve", "rewards", "rm", "rollout", "rollout_engines", "sft",
         "user_code",
     },
     "command_failures": {

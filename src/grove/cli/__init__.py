@@ -1,4 +1,4 @@
-"""The ``grove`` command line: train, sft, demos, eval, config show, plot, view, export.
+"""The ``grove`` command line: train, sft, rm, demos, eval, config show, plot, view, export.
 
 Each command's body lives in a module of its own here (``grove view``'s in :mod:`grove.view.view_command`); this
 module builds the app from them.
@@ -14,7 +14,7 @@ import typer
 from grove.cli.config_show import config_show
 from grove.cli.eval_command import eval_
 from grove.cli.run_files_commands import demos, export, plot
-from grove.cli.training_commands import sft, train
+from grove.cli.training_commands import rm, sft, train
 from grove.view.view_command import view as view_run
 
 __all__ = ["app", "main"]
@@ -24,6 +24,7 @@ config_app = typer.Typer(no_args_is_help=True, help="Inspect configurations.")
 app.add_typer(config_app, name="config")
 app.command()(train)
 app.command()(sft)
+app.command()(rm)
 app.command()(demos)
 app.command("eval")(eval_)
 config_app.command("show")(config_show)

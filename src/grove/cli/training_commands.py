@@ -1,4 +1,4 @@
-"""``grove train`` and ``grove sft``: a training run with its error handling, stop signals and summary."""
+"""``grove train``, ``grove sft`` and ``grove rm``: a training run with its error handling, stop signals and summary."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from grove.command_failures import (
 )
 from grove.evaluation.stats import describe_sampled
 
-__all__ = ["sft", "train"]
+__all__ = ["rm", "sft", "train"]
 
 
 def train(
@@ -45,8 +45,18 @@ def sft(
     _run_training("sft", config, set_, resume)
 
 
+def rm(
+    config: Annotated[Path, typer.Argument(help="YAML config file with an `rm` section.")],
+    set_: SetOption = None,
+    resume: ResumeOption = None,
+) -> None:
+    """Train a reward model on the config's `rm.data` (Bradley–Terry preference pairs or multi-head regression
+    labels), reporting held-out agreement before and after; writes RUN_DIR/model, a sequence classifier."""
+    _run_training("rm", config, set_, resume)
+
+
 def _run_training(command: str, config: Path, set_: list[str] | None, resume: Path | None) -> None:
-    """Run a training command (``train`` or ``sft``, the trainer's kind of run) with its error handling, stop signals
+    """Run a training command (``train``, ``sft`` or ``rm``, the trainer's kind of run) with its error handling, stop signals
     and summary."""
     overrides = list(set_ or [])
     if resume is not None:
@@ -158,7 +168,43 @@ def _print_summary(run_dir: Path, plots: list[Path]) -> None:
               if data.get(label) and "held_out_loss" in data[label]]
     if losses:
         console.print("held-out loss: " + ", ".join(f"{label} {value:.4f}" for label, value in losses))
-    if data.get("model"):
+    if data.get("heads"):  # a reward model: its held-out agreement, and how a run uses it as a reward
+        _print_agreement(data)
+        console.print(f"reward model: {data['model']}  (heads {', '.join(data['heads'])}; score rollouts with it: "
+                      f"rewards: [{{id: sequence_classifier, model: {data['model']}}}])", markup=False)
+    elif data.get("model"):
         console.print(f"model: {data['model']}  (start RL from it with --set model.init_from={run_dir})")
     shown = ", ".join(str(p) for p in plots) or "none written"
     console.print(f"run directory: {run_dir}  (plots: {shown})")
+
+
+def _print_agreement(data: dict) -> None:
+    """The reward model's held-out agreement before and after training (its summary's evaluations)."""
+    table = Table(title="held-out agreement (95% intervals)")
+    for col in ("", "head", "pairwise accuracy", "Pearson r", "MSE"):
+        table.add_column(col)
+
+    def interval(record: dict, value: str, low: str, high: str, percent: bool) -> str:
+        if record.get(value) is None or record[value] != record[value]:
+            return "–"
+        scale, unit = (100, "%") if percent else (1, "")
+        return (f"{scale * record[value]:.1f}{unit} [{scale * record[low]:.1f}–{scale * record[high]:.1f}]" if percent
+                else f"{record[value]:.3f} [{record[low]:.3f}, {record[high]:.3f}]")
+
+    for label in ("before", "after"):
+        record = data.get(label)
+        if not record:
+            continue
+        step = f"{label} (step {record['step']})"
+        if "pairwise_accuracy" in record:
+            table.add_row(step, data["heads"][0], interval(record, "pairwise_accuracy", "pairwise_ci_low",
+                                                           "pairwise_ci_high", True), "–", "–")
+            continue
+        for head in data["heads"]:
+            table.add_row(
+                step, head,
+                interval(record, f"pairwise_accuracy/{head}", f"pairwise_ci_low/{head}", f"pairwise_ci_high/{head}", True),
+                interval(record, f"pearson_r/{head}", f"pearson_ci_low/{head}", f"pearson_ci_high/{head}", False),
+                f"{record.get(f'mse/{head}', float('nan')):.4f}",
+            )
+    console.print(table)

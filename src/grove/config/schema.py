@@ -17,6 +17,7 @@ from grove.config.components import ComponentSpec
 from grove.config.distributed_section import DistributedConfig
 from grove.config.env_section import EnvConfig
 from grove.config.reward_columns import reward_column_names
+from grove.config.rm_section import RmConfig
 from grove.config.sections import (
     CheckpointConfig,
     EvalConfig,
@@ -87,6 +88,10 @@ class GroveConfig(Section):
     )
     sft: SftConfig | None = Field(
         None, description="Supervised fine-tuning with `grove sft` (docs/warm-start.md); `grove train` ignores it."
+    )
+    rm: RmConfig | None = Field(
+        None,
+        description="Reward-model training with `grove rm` (docs/reward-model-training.md); `grove train` ignores it.",
     )
 
     @model_validator(mode="after")

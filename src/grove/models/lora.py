@@ -146,12 +146,16 @@ def adapter_parameter_count(model: torch.nn.Module, settings: LoraSpec) -> int:
     return total
 
 
-def apply_lora(model: PreTrainedModel, settings: LoraSpec, base_name: str | os.PathLike | None = None) -> PeftModel:
+def apply_lora(
+    model: PreTrainedModel, settings: LoraSpec, base_name: str | os.PathLike | None = None, task_type: str = "CAUSAL_LM"
+) -> PeftModel:
     """Wrap a transformers causal LM with LoRA adapters (in place: the returned model shares ``model``'s weights).
 
     Only the adapter parameters require grad; the base weights are frozen. ``base_name`` (the model directory or
     embedded name the run loaded, e.g. ``smollm2-135m``) is recorded as ``base_model_name_or_path`` in the saved
     adapter config, where :func:`export_merged` finds the base model; default: the model's ``name_or_path``.
+    ``task_type="SEQ_CLS"`` wraps a sequence classifier (a reward model): peft then trains and saves a full copy
+    of its new score head (``modules_to_save``) beside the adapters.
     """
     targets = _check_settings(settings)
     names = [n for n, _ in model.named_modules()]
@@ -164,7 +168,7 @@ def apply_lora(model: PreTrainedModel, settings: LoraSpec, base_name: str | os.P
         target_modules=targets,
         lora_dropout=settings.dropout,
         bias="none",
-        task_type="CAUSAL_LM",
+        task_type=task_type,
     )
     try:
         with quiet_peft():
@@ -172,7 +176,7 @@ def apply_lora(model: PreTrainedModel, settings: LoraSpec, base_name: str | os.P
     except ValueError as exc:  # e.g. a target that names a module type LoRA cannot adapt
         raise ValueError(f"cannot add LoRA adapters: {exc}; Linear modules: {_linear_names(model)}") from exc
     for name, param in peft_model.named_parameters():
-        param.requires_grad_("lora_" in name)
+        param.requires_grad_("lora_" in name or "modules_to_save" in name)
     if base_name is not None:
         peft_model.peft_config["default"].base_model_name_or_path = str(base_name)
     return peft_model

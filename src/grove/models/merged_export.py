@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -52,7 +53,10 @@ def _check_out_dir(out_dir: Path) -> None:
         raise FileExistsError(f"{out_dir} already exists and is not empty; choose a new output directory or remove it")
 
 
-def export_merged(checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+def export_merged(
+    checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike, *, auto_class: type = AutoModelForCausalLM,
+    config_updates: dict[str, Any] | None = None,
+) -> Path:
     """Write a plain transformers model (safetensors + tokenizer) from a grove checkpoint to ``out_dir``.
 
     ``checkpoint_dir`` is ``RUN/checkpoints/step-N`` (or its ``model/`` directory). A LoRA checkpoint (an
@@ -60,13 +64,19 @@ def export_merged(checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike)
     directory or an embedded name) in float32; a full checkpoint is loaded and saved as it is. Files that do not
     load raise :class:`ModelFilesError` before anything is written. The directory is written under a temporary
     name and renamed, so a failure leaves no partial ``out_dir``. Returns ``out_dir``.
+
+    ``auto_class``: the transformers class the model loads as (a reward model: ``AutoModelForSequenceClassification``,
+    its base loaded with ``num_labels`` from ``config_updates["id2label"]``); ``config_updates``: attributes set on
+    the written model's config (a reward model's heads and problem type).
     """
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     model_dir = _model_dir(checkpoint_dir)
     _check_out_dir(out_dir)
     work_offline()
     if (model_dir / ADAPTER_CONFIG_FILE).is_file():
-        model, base_dir = load_merged_adapter(model_dir)
+        labels = (config_updates or {}).get("id2label")
+        base_kwargs = {"num_labels": len(labels)} if labels is not None else {}
+        model, base_dir = load_merged_adapter(model_dir, auto_class, **base_kwargs)
         tokenizer_dir = model_dir if has_tokenizer(model_dir) else base_dir
     else:
         if not (model_dir / "config.json").is_file():
@@ -74,10 +84,12 @@ def export_merged(checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike)
                 f"{model_dir} holds neither {ADAPTER_CONFIG_FILE} (a LoRA checkpoint) nor config.json (a full model)"
             )
         with reading_model_files(model_dir):
-            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", local_files_only=True)
+            model = auto_class.from_pretrained(model_dir, dtype="auto", local_files_only=True)
         tokenizer_dir = model_dir
     if not has_tokenizer(tokenizer_dir):
         raise FileNotFoundError(f"no tokenizer in {tokenizer_dir} (expected {' or '.join(TOKENIZER_FILES)})")
+    if config_updates:
+        model.config.update(config_updates)
     with reading_model_files(tokenizer_dir, "the tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
 

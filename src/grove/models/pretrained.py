@@ -260,8 +260,12 @@ def _load_from_directory(path: Path, dtype: torch.dtype) -> tuple[PreTrainedMode
     return model, tokenizer
 
 
-def load_merged_adapter(model_dir: Path) -> tuple[PreTrainedModel, Path]:
-    """The base model named in ``model_dir``'s adapter config with the adapter merged in; and the base directory."""
+def load_merged_adapter(
+    model_dir: Path, auto_class: type = AutoModelForCausalLM, **base_kwargs: object
+) -> tuple[PreTrainedModel, Path]:
+    """The base model named in ``model_dir``'s adapter config with the adapter merged in; and the base directory.
+    ``auto_class`` loads the base (``AutoModelForSequenceClassification`` for a reward model, with ``num_labels``
+    among ``base_kwargs``)."""
     from peft import PeftModel
 
     with reading_model_files(model_dir, "the adapter"):
@@ -280,7 +284,7 @@ def load_merged_adapter(model_dir: Path) -> tuple[PreTrainedModel, Path]:
             f"cannot be loaded: {exc}"
         ) from exc
     with reading_model_files(base_dir, "the adapter's base model"):
-        base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, local_files_only=True)
+        base_model = auto_class.from_pretrained(base_dir, dtype=torch.float32, local_files_only=True, **base_kwargs)
     with reading_model_files(model_dir, "the adapter"), quiet_peft():
         peft_model = PeftModel.from_pretrained(base_model, str(model_dir))
     return peft_model.merge_and_unload(), base_dir

@@ -7,6 +7,8 @@ batch stages and the loss of :func:`grove.resolve.resolve_components`, and the K
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from grove.config import ConfigError, GroveConfig
 from grove.distributed.world import World
 from grove.experience import SourceContext, build_experience_source
@@ -15,6 +17,7 @@ from grove.pipeline.credit import CreditAssignment
 from grove.pipeline.step_coefficients import ControlledCoefficients
 from grove.pipeline.update import UpdateSchedule
 from grove.resolve import resolve_components
+from grove.training.policy_models import PolicyModels, build_policy_models
 from grove.training.training_stage import StageInputs, TrainingStage
 
 __all__ = ["ReinforcementLearning"]
@@ -32,6 +35,9 @@ class ReinforcementLearning:
 
     def models_config(self, cfg: GroveConfig) -> GroveConfig:
         return cfg
+
+    def build_models(self, cfg: GroveConfig, world: World, resume_from: Path | None) -> PolicyModels:
+        return build_policy_models(self.models_config(cfg), world, resume_from)
 
     def build(self, inputs: StageInputs) -> TrainingStage:
         cfg, models, t, a = inputs.cfg, inputs.models, inputs.cfg.train, inputs.cfg.algorithm

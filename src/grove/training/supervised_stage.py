@@ -15,6 +15,8 @@ merged) that ``model.init_from``, ``grove eval --model`` and ``AutoModelForCausa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from grove.config import ConfigError, GroveConfig
 from grove.distributed.world import World
 from grove.experience import SourceContext, build_experience_source
@@ -26,6 +28,7 @@ from grove.pipeline.update import LossComponents, UpdateSchedule
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
 from grove.rollout.engine import context_length
 from grove.sft.splits import load_splits
+from grove.training.policy_models import PolicyModels, build_policy_models
 from grove.training.training_stage import StageInputs, TrainingStage
 
 __all__ = ["SupervisedFineTuning", "evaluates_policy"]
@@ -66,6 +69,9 @@ class SupervisedFineTuning:
             }
         )
         return cfg.model_copy(update={"algorithm": algorithm})
+
+    def build_models(self, cfg: GroveConfig, world: World, resume_from: Path | None) -> PolicyModels:
+        return build_policy_models(self.models_config(cfg), world, resume_from)
 
     def build(self, inputs: StageInputs) -> TrainingStage:
         cfg, models, world = inputs.cfg, inputs.models, inputs.world

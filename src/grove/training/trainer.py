@@ -4,9 +4,10 @@
       rollout correction) → update (μ epochs × mini-batches × micro-batches of the stage's loss, clip, AdamW)
       → metrics → periodic evaluation and checkpoint
 
-What differs between reinforcement learning (``grove train``) and supervised fine-tuning (``grove sft``) is a
-:class:`grove.training.training_stage.TrainingStage` built once (its source, credit, batch stages, loss, schedule
-and coefficients); every algorithm choice in it is a registry lookup resolved once
+What differs between reinforcement learning (``grove train``), supervised fine-tuning (``grove sft``) and
+reward-model training (``grove rm``) is a :class:`grove.training.training_stage.TrainingStage` built once (its
+source, credit, batch stages, loss, update, schedule, coefficients and held-out evaluation) from models its
+:class:`grove.training.training_stage.StageKind` builds; every algorithm choice in it is a registry lookup resolved once
 (:func:`grove.resolve.resolve_components`), and the loop itself has no per-algorithm branches. Under ``torchrun``
 every rank runs this same loop on its share of the step's groups (:mod:`grove.distributed`); an RL step's batch is
 gathered before advantages, the update reduces gradients across ranks, and rank 0 alone writes logs, evaluations
@@ -37,7 +38,6 @@ from grove.infra.precision import autocast, slow_bf16_warning
 from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
 from grove.infra.runtime import configure_runtime, release_host_memory
-from grove.models.merged_export import export_merged
 from grove.pipeline.batch_stages import StageBatch, StageContext
 from grove.pipeline.token_details import TokenDetailsRecorder
 from grove.pipeline.update import policy_update
@@ -45,9 +45,9 @@ from grove.resolve import check_config
 from grove.rollout_engines import build_rollout_engine
 from grove.training.nonfinite_guard import NonFiniteGuard, nonfinite_advantage_trajectories
 from grove.training.optim import build_optimizer
-from grove.training.policy_models import build_policy_models
 from grove.training.preflight import preflight
 from grove.training.reinforcement_stage import ReinforcementLearning
+from grove.training.reward_model_stage import RewardModelTraining
 from grove.training.run_checkpoint import (
     RunState,
     prepare_run_dir,
@@ -77,12 +77,14 @@ class TrainSummary:
 
 
 #: the kinds of run, by the command that starts them
-STAGE_KINDS: dict[str, StageKind] = {"train": ReinforcementLearning(), "sft": SupervisedFineTuning()}
+STAGE_KINDS: dict[str, StageKind] = {
+    "train": ReinforcementLearning(), "sft": SupervisedFineTuning(), "rm": RewardModelTraining(),
+}
 
 
 class Trainer:
-    """A run of ``kind`` (:data:`STAGE_KINDS`: ``train``, reinforcement learning; ``sft``, supervised fine-tuning)
-    on ``cfg`` in ``run_dir``."""
+    """A run of ``kind`` (:data:`STAGE_KINDS`: ``train``, reinforcement learning; ``sft``, supervised fine-tuning;
+    ``rm``, reward-model training) on ``cfg`` in ``run_dir``."""
 
     def __init__(
         self, cfg: GroveConfig, run_dir: Path, *, resume: bool = False, world: World | None = None, kind: str = "train"
@@ -103,11 +105,15 @@ class Trainer:
             log.warning("warning: %s", slow_bf16)
         seed_everything(cfg.seed)
 
-        self.models = build_policy_models(stage_kind.models_config(cfg), self.world, self.resume_from)
+        self.models = stage_kind.build_models(cfg, self.world, self.resume_from)
         self.model, self.tokenizer = self.models.train_module, self.models.tokenizer
-        self.engine = build_rollout_engine(cfg.rollout, self.models.generation_model, self.tokenizer)
         self.generator = torch.Generator().manual_seed(derived_seed(cfg.seed, self.world.rank))
-        self.stage = stage_kind.build(StageInputs(cfg, run_dir, self.models, self.engine, self.world, self.generator))
+        self._inputs = StageInputs(
+            cfg, run_dir, self.models,
+            lambda: build_rollout_engine(cfg.rollout, self.models.generation_model, self.tokenizer),
+            self.world, self.generator,
+        )
+        self.stage = stage_kind.build(self._inputs)
         if self.stage.exports_model and cfg.checkpoint.format == "sharded":
             raise ConfigError(
                 "checkpoint.format: sharded cannot be used here: this run writes RUN_DIR/model/ from its last "
@@ -137,8 +143,14 @@ class Trainer:
         )
         details = cfg.logging.token_details
         self.token_details = TokenDetailsRecorder(
-            details.every, details.max_samples, self.loss_parts, self.tokenizer, self.logger.log_token_details
+            details.every if self.stage.records_token_details else 0, details.max_samples, self.loss_parts,
+            self.tokenizer, self.logger.log_token_details,
         )
+
+    @property
+    def engine(self):
+        """The rollout engine of the run (built on first use)."""
+        return self._inputs.engine
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, final: bool = False) -> EvalResult | None:
@@ -147,7 +159,8 @@ class Trainer:
         ``final``: the end-of-run evaluation, after the last checkpoint (marked so that a resumed run replaces it
         instead of adding one)."""
         self.model.eval()
-        record = self._held_out_loss()
+        evaluation = self.stage.held_out_evaluation
+        record = evaluation(self.model) if evaluation is not None else self._held_out_loss()
         result = None
         if self.stage.evaluates_policy:
             if not self.stage.generates_each_step:
@@ -232,7 +245,7 @@ class Trainer:
         if nonfinite_advantages:  # the guard of docs/reliability.md: no update from these advantages
             update = {"skipped_optimizer_steps": float(self.schedule.ppo_epochs * self.schedule.mini_batches)}
         else:
-            update = policy_update(
+            update = (stage.update or policy_update)(
                 self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator,
                 coefs, self.models.strategy, token_details.trained_tokens,
             )
@@ -314,7 +327,7 @@ class Trainer:
         out = self.run_dir / "model"
         if out.exists():  # a resumed run that had finished before writes it again
             shutil.rmtree(out)
-        export_merged(ckpt.latest_checkpoint(self.run_dir), out)
+        self.stage.export(ckpt.latest_checkpoint(self.run_dir), out)
 
     def _write_summary(self, s: TrainSummary) -> None:
         evals = self.logger.evals.read()  # on a resumed run the 'before' evaluation is in the log

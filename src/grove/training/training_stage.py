@@ -5,24 +5,29 @@
 Reinforcement learning (``grove train``, :mod:`grove.training.reinforcement_stage`) collects scored rollouts and
 assigns credit with the configured estimator; supervised fine-tuning (``grove sft``,
 :mod:`grove.training.supervised_stage`) is a source of demonstrations and the ``nll`` loss, with no credit to assign
-and no batch stages. Both share the loop, the policy models, checkpoints and exact resume, logs, stop signals, the
-time budget, evaluation and the summary (:class:`grove.training.trainer.Trainer`). A stage kind is a
-:class:`StageKind`: the checks of its config against the world, the config its policy models are built from, and
-its builder.
+and no batch stages; reward-model training (``grove rm``, :mod:`grove.training.reward_model_stage`) is a source of
+preference pairs or labelled completions, a sequence classifier instead of the policy, and an update and a
+held-out evaluation of its own. All share the loop, checkpoints and exact resume, logs, stop signals, the time
+budget, evaluation and the summary (:class:`grove.training.trainer.Trainer`). A stage kind is a :class:`StageKind`:
+the checks of its config against the world, its models, and its builder.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from grove.batch import RolloutBatch
 from grove.config import GroveConfig
 from grove.distributed.world import World
 from grove.experience.source import ExperienceSource
+from grove.models.merged_export import export_merged
 from grove.pipeline.batch_stages import BatchStages
 from grove.pipeline.credit import Credit
 from grove.pipeline.step_coefficients import StepCoefficients
@@ -41,7 +46,11 @@ class TrainingStage:
     the source's policy evaluation (rank 0); ``held_out``: demonstrations whose mean cross-entropy each evaluation
     reports (every rank computes it). ``generates_each_step``: the generation copy of the weights is refreshed
     after each update (rollouts); otherwise it is refreshed only to evaluate. ``exports_model``: the run ends by
-    writing ``RUN_DIR/model/`` (adapters merged). ``summary``: the stage's fields of ``summary.json``."""
+    writing ``RUN_DIR/model/`` (adapters merged) with ``export(checkpoint_dir, out_dir)``. ``summary``: the stage's
+    fields of ``summary.json``. ``update``: the update, called as :func:`grove.pipeline.update.policy_update` (``None``:
+    that one); ``held_out_evaluation``: ``model -> record`` of the held-out evaluation (every rank), replacing the
+    held-out batches' cross-entropy. ``records_token_details``: whether ``logging.token_details`` applies (a
+    model with token log-probs)."""
 
     label: str
     steps: int
@@ -58,29 +67,40 @@ class TrainingStage:
     generates_each_step: bool = True
     exports_model: bool = False
     summary: dict[str, Any] = field(default_factory=dict)
+    update: Callable[..., dict[str, float]] | None = None
+    held_out_evaluation: Callable[[nn.Module], dict[str, float]] | None = None
+    export: Callable[[Path, Path], Path] = export_merged
+    records_token_details: bool = True
 
 
 @dataclass(frozen=True)
 class StageInputs:
-    """What the trainer has built when it builds its stage."""
+    """What the trainer has built when it builds its stage; the rollout engine is built on first use (a stage
+    that generates nothing builds none)."""
 
     cfg: GroveConfig
     run_dir: Path
     models: PolicyModels
-    engine: Any  # the rollout engine (grove.rollout.engine.RolloutEngine)
+    build_engine: Callable[[], Any]
     world: World
     generator: torch.Generator
 
+    @functools.cached_property
+    def engine(self) -> Any:
+        """The rollout engine (:class:`grove.rollout.engine.RolloutEngine`) of the models' generation weights."""
+        return self.build_engine()
+
 
 class StageKind(Protocol):
-    """A kind of training run (``train``, ``sft``)."""
+    """A kind of training run (``train``, ``sft``, ``rm``)."""
 
     def check(self, cfg: GroveConfig, world: World) -> None:
         """Refuse, with a :class:`grove.config.ConfigError` naming the field, a config this kind cannot run."""
         ...
 
-    def models_config(self, cfg: GroveConfig) -> GroveConfig:
-        """The config the policy models are built from."""
+    def build_models(self, cfg: GroveConfig, world: World, resume_from: Path | None) -> PolicyModels:
+        """The run's models, placed and wrapped for ``world``, with the weights of ``resume_from`` (a full
+        checkpoint) when given."""
         ...
 
     def build(self, inputs: StageInputs) -> TrainingStage: ...

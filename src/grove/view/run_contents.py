@@ -31,7 +31,7 @@ class NotARunError(ValueError):
 
 @dataclass
 class RunContents:
-    """What one run directory holds. ``kind`` is ``single_turn``, ``agent`` or ``sft``."""
+    """What one run directory holds. ``kind`` is ``single_turn``, ``agent``, ``sft`` or ``reward_model``."""
 
     path: Path
     kind: str
@@ -129,6 +129,8 @@ def _run_kind(config: dict[str, Any], metrics: list[dict], samples: list[dict], 
         return "agent"
     if config.get("sft") and not samples and not any("reward_mean" in m for m in metrics):
         return "sft"
+    if config.get("rm") and not samples and not any("reward_mean" in m for m in metrics):
+        return "reward_model"
     return "single_turn"
 
 
@@ -160,7 +162,7 @@ def read_run(path: Path) -> RunContents:
             ("config.yaml", "the resolved config", config_text is None),
             ("metrics.jsonl", "training curves", not metrics),
             ("eval.jsonl", "held-out evaluations", not evals),
-            ("samples.jsonl", "training samples", not samples and kind != "sft"),
+            ("samples.jsonl", "training samples", not samples and kind not in ("sft", "reward_model")),
             ("eval_samples_step*.jsonl", "held-out samples", not eval_samples),
             ("summary.json", "the finished run's summary; the run may still be going or was stopped", not (path / "summary.json").exists()),
         )

@@ -110,7 +110,7 @@
     const manifests = data.samples;
     const sources = [["train", "training samples"], ["eval", "held-out samples"]].filter(([k]) => manifests[k] && manifests[k].keys.length);
     if (!sources.length) {
-      section.appendChild(G.note(data.run.kind === "sft" ? "A supervised fine-tuning run writes no training samples (samples.jsonl) and this one has no held-out samples (eval_samples_step*.jsonl)." : "No samples: samples.jsonl and eval_samples_step*.jsonl are missing or empty.", "warn"));
+      section.appendChild(G.note(data.run.kind === "sft" ? "A supervised fine-tuning run writes no training samples (samples.jsonl) and this one has no held-out samples (eval_samples_step*.jsonl)." : data.run.kind === "reward_model" ? "A reward-model run writes no samples: its held-out agreement is in eval.jsonl." : "No samples: samples.jsonl and eval_samples_step*.jsonl are missing or empty.", "warn"));
       return section;
     }
     const state = { source: sources[0][0], keyIndex: 0, items: [], outcome: "all", column: null, rmin: null, rmax: null, lmin: null, lmax: null, view: agent ? "groups" : "list", mode: "plain", page: 0 };
