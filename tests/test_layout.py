@@ -36,7 +36,7 @@ ALLOWED = {
     "knowledge": {"atomic_files", "registry"},
     "envs": {"knowledge", "registry", "user_code", "verifiers_loading"},
     "sft": {"batch", "config", "rollout"},
-    "rm": {"batch", "config", "distributed", "evaluation", "infra", "sft"},
+    "rm": {"batch", "config", "distributed", "evaluation", "infra", "rewards", "sft"},
     "demos": {"atomic_files", "config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
     "view": {"infra"},
     "resolve": {"builtin_components", "config", "core", "infra", "pipeline", "registry", "tasks"},

@@ -28,8 +28,8 @@ from grove.cli import app
 from grove.config import dump_config
 from grove.models.tiny import create_tiny_model_dir
 from grove.resolve import load_config
+from grove.rewards.reward_model_loading import reward_model_text
 from grove.rm.agreement import pairwise_preference_report, pearson_interval, ranking_agreement
-from grove.rm.examples import reward_model_text
 from grove.rm.objectives import bradley_terry_loss, regression_loss
 from grove.training.trainer import Trainer
 

@@ -29,8 +29,10 @@ __all__ = [
     "prompt_messages",
     "prompt_text",
     "resolve_device",
+    "reward_model_text",
     "tokenize_rows",
     "torch_dtype",
+    "with_system_prompt",
 ]
 
 log = logging.getLogger("grove.rewards")
@@ -145,6 +147,31 @@ def prompt_text(prompt: Any) -> str:
     if len(messages) == 1:
         return messages[0]["content"]
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+def reward_model_text(tokenizer: Any, prompt: Any, completion: str) -> str:
+    """The text a ``grove rm`` reward model scores, in training (:mod:`grove.rm.examples`) and as the
+    ``sequence_classifier`` reward: the prompt's messages and the completion as an assistant message, rendered with
+    the tokenizer's chat template (no generation prompt, no special tokens added); without a chat template, a string
+    prompt followed by the completion. Raises ``ValueError`` for chat messages without a chat template."""
+    if getattr(tokenizer, "chat_template", None):
+        messages = [*prompt_messages(prompt), {"role": "assistant", "content": completion}]
+        return tokenizer.apply_chat_template(messages, tokenize=False)
+    if not isinstance(prompt, str):
+        raise ValueError("chat messages need a chat template: give the prompt as a string, or use a model whose "
+                         "tokenizer has a chat template")
+    return prompt + completion
+
+
+def with_system_prompt(prompt: Any, system_prompt: str | None) -> Any:
+    """``prompt`` as the policy saw it: ``system_prompt`` (``rollout.system_prompt``) first, unless the prompt's
+    messages already open with a system message."""
+    if system_prompt is None:
+        return prompt
+    messages = prompt_messages(prompt)
+    if messages and messages[0]["role"] == "system":
+        return messages
+    return [{"role": "system", "content": system_prompt}, *messages]
 
 
 def uses_chat_template(tokenizer: Any, format: InputFormat, what: str) -> bool:

@@ -11,10 +11,12 @@ heads are read at its last token (transformers' own pooling) and, after an optio
   (``docs/multi-objective.md``). ``heads`` selects a subset (a list of head names) or selects and renames
   (a mapping ``{head: objective name}``).
 
-``transform``: ``none`` (the raw outputs: a regression reward model, such as what ``grove rm`` exports), ``sigmoid``
-(each head's probability in a multi-label classifier) or ``softmax`` (over all the model's heads, before any
-selection: ``heads: [positive]`` of a two-class classifier is p(positive)). Inputs longer than ``max_length`` are
-cut (``truncation_side``), counted and logged. The model is loaded at the first call in a process and kept
+A model exported by ``grove rm`` is read as it was trained: the same text (``format: auto``), its standardised
+outputs mapped back to label units (``label_units``); ``system_prompt`` puts back the system message the policy's
+prompts carried. ``transform``: ``none`` (the raw outputs: a regression reward model, such as what ``grove rm``
+exports), ``sigmoid`` (each head's probability in a multi-label classifier) or ``softmax`` (over all the model's
+heads, before any selection: ``heads: [positive]`` of a two-class classifier is p(positive)). Inputs longer than
+``max_length`` are cut (``truncation_side``), counted and logged. The model is loaded at the first call in a process and kept
 (:mod:`grove.rewards.reward_model_loading`); inference is batched (``batch_size``, inputs sorted by length)
 under ``torch.inference_mode``.
 
@@ -44,9 +46,11 @@ from grove.rewards.reward_model_loading import (
     prompt_messages,
     prompt_text,
     resolve_device,
+    reward_model_text,
     tokenize_rows,
     torch_dtype,
     uses_chat_template,
+    with_system_prompt,
 )
 
 __all__ = ["SequenceClassifierParams", "head_names", "loaded_classifier", "sequence_classifier"]
@@ -103,6 +107,18 @@ class SequenceClassifierParams(ModelRewardParams):
     separator: str = Field(
         "\n", description="format plain: the text between the prompt and the completion."
     )
+    system_prompt: str | None = Field(
+        None,
+        description="A system message put before each prompt that has none: the policy's rollout.system_prompt, when "
+        "the reward model was trained on conversations that carried it (a `grove rm` model trained on rows whose "
+        "prompts open with that system message). null: the prompts as the task gives them.",
+    )
+    label_units: bool = Field(
+        True,
+        description="A `grove rm` model trained on standardised targets outputs standardised scores; true maps each "
+        "head back to its label units (× label_std + label_mean, from its config.json); false keeps the "
+        "standardised outputs. Other models are unaffected.",
+    )
 
     @field_validator("model")
     @classmethod
@@ -115,6 +131,12 @@ class SequenceClassifierParams(ModelRewardParams):
     def _heads_exist(self) -> SequenceClassifierParams:
         self.selected_heads()
         return self
+
+    def grove_training(self) -> dict[str, Any] | None:
+        """The ``grove_reward_model`` entry of a model exported by ``grove rm`` (its objective, text format and label
+        statistics), else ``None``."""
+        info = model_config_json(self.model).get("grove_reward_model")
+        return info if isinstance(info, dict) else None
 
     def head_names(self) -> tuple[str, ...]:
         """Every output head of the model, by name (:func:`head_names`)."""
@@ -193,7 +215,11 @@ def loaded_classifier(params: SequenceClassifierParams) -> LoadedClassifier:
 def _inputs(state: LoadedClassifier, params: SequenceClassifierParams, prompts: Sequence[Any],
             completions: Sequence[str]) -> tuple[list[str], bool]:
     """The text of each sample and whether the tokenizer adds its special tokens (plain text) or not (the chat
-    template writes them)."""
+    template writes them). A ``grove rm`` model (``format: auto``) reads the text it was trained on
+    (:func:`grove.rewards.reward_model_loading.reward_model_text`)."""
+    prompts = [with_system_prompt(p, params.system_prompt) for p in prompts]
+    if params.format == "auto" and params.grove_training() is not None:
+        return [reward_model_text(state.tokenizer, p, c) for p, c in zip(prompts, completions, strict=True)], False
     if uses_chat_template(state.tokenizer, params.format, "sequence_classifier"):
         texts = [
             state.tokenizer.apply_chat_template(
@@ -230,6 +256,9 @@ def classifier_outputs(
             logits = state.model(input_ids=ids.to(state.device), attention_mask=mask.to(state.device)).logits
             state.forwards += 1
             out[torch.tensor(chunk)] = logits.float().cpu()
+    statistics = params.grove_training() or {}
+    if params.label_units and "label_mean" in statistics and "label_std" in statistics:
+        out = out * torch.tensor(statistics["label_std"]) + torch.tensor(statistics["label_mean"])
     if params.transform == "sigmoid":
         return torch.sigmoid(out)
     if params.transform == "softmax":

@@ -3,7 +3,8 @@
 Files are read as ``grove sft`` reads them (:func:`grove.sft.data_files.read_rows`: JSONL, JSON or Parquet, each row
 with its ``path:line``). A row's text is the conversation a policy's completion ends: the prompt (a string, taken as
 one user message, or a list of chat messages) followed by the completion as an assistant message, rendered with the
-tokenizer's chat template (:func:`reward_model_text`) and tokenised whole; without a chat template, a string prompt
+tokenizer's chat template (:func:`grove.rewards.reward_model_loading.reward_model_text`, which the
+``sequence_classifier`` reward renders a rollout with) and tokenised whole; without a chat template, a string prompt
 and the completion are joined as plain text. The model scores the last token of that text
 (``AutoModelForSequenceClassification`` pools the last non-pad token), so a reward that scores a rollout renders it
 the same way.
@@ -24,9 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grove.rewards.reward_model_loading import reward_model_text
 from grove.sft.data_files import SftDataError, json_kind, read_rows
 
-__all__ = ["RmExample", "RowReader", "reward_model_text"]
+__all__ = ["RmExample", "RowReader"]
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +65,6 @@ def _prompt_messages(value: Any, origin: str) -> list[dict[str, str]]:
         out.append({"role": role, "content": content})
     return out
 
-
-def reward_model_text(tokenizer: Any, prompt: str | list[dict[str, str]], completion: str) -> str:
-    """The text a reward model scores: the prompt's messages and the completion as an assistant message, rendered
-    with the tokenizer's chat template (no generation prompt); without a chat template, a string prompt followed by
-    the completion. Raises ``ValueError`` for chat messages without a chat template."""
-    if getattr(tokenizer, "chat_template", None):
-        messages = _prompt_messages(prompt, "prompt") if isinstance(prompt, list) else [
-            {"role": "user", "content": prompt}]
-        return tokenizer.apply_chat_template([*messages, {"role": "assistant", "content": completion}], tokenize=False)
-    if not isinstance(prompt, str):
-        raise ValueError("chat messages need a chat template: give the prompt as a string, or use a model whose "
-                         "tokenizer has a chat template")
-    return prompt + completion
 
 
 class RowReader:
