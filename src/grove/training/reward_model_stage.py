@@ -22,7 +22,7 @@ from pathlib import Path
 from grove.config import ConfigError, GroveConfig
 from grove.distributed.world import World
 from grove.experience.reward_examples import RewardExampleSource
-from grove.models.sequence_classifier import export_sequence_classifier
+from grove.models.reward_model_network import export_sequence_classifier
 from grove.pipeline.batch_stages import BatchStages
 from grove.pipeline.step_coefficients import FixedCoefficients
 from grove.pipeline.supervised_targets import SupervisedTargets

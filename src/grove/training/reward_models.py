@@ -1,4 +1,4 @@
-"""The models of a reward-model run: the sequence classifier (:mod:`grove.models.sequence_classifier`) on the
+"""The models of a reward-model run: the sequence classifier (:mod:`grove.models.reward_model_network`) on the
 backbone ``model.name`` / ``model.init_from`` names, optionally with ``model.lora`` adapters (its new score head
 trained in full beside them), wrapped for the world's strategy (DDP / FSDP2) as the policy is
 (:mod:`grove.training.policy_models`), and loaded from and written to checkpoints the same way. There is no
@@ -20,7 +20,7 @@ from grove.infra import checkpoint as ckpt
 from grove.models.compiled_layers import CompileUnavailable, compile_decoder_layers
 from grove.models.initial_weights import policy_source
 from grove.models.lora import apply_lora
-from grove.models.sequence_classifier import SequenceScoreModule, load_sequence_classifier
+from grove.models.reward_model_network import SequenceScoreModule, load_sequence_classifier
 from grove.training.policy_models import PolicyModels, _load_checkpoint_weights, set_activation_checkpointing
 
 __all__ = ["build_reward_models"]
