@@ -108,3 +108,15 @@ def test_a_grove_rm_model_drives_a_gdpo_run(reward_model, tmp_path):
     assert {"objective/good/advantage_abs_mean", "objective/long/advantage_abs_mean"} <= set(last)
     assert last["reward/long_mean"] > 5  # the reward model's head, in label units
     assert run.summary["after"]["total"] == 2
+
+
+def test_the_clinical_rl_example_reads_its_reward_model_as_it_was_trained(reward_model):
+    """examples/clinical_rm_gdpo.yaml loads, trains on the reward model's heads beside the logged rules, and gives the
+    reward the system prompt the reward model's rows carried (the policy's own)."""
+    _tiny, model_dir = reward_model
+    root = Path(__file__).resolve().parent.parent / "examples"
+    cfg = load_config(root / "clinical_rm_gdpo.yaml", [f"rewards.0.model={model_dir}", "rewards.0.heads=null"])
+    rm_cfg = load_config(root / "reward_model_clinical.yaml")
+    assert cfg.rewards[0].params["system_prompt"] == cfg.rollout.system_prompt == rm_cfg.rollout.system_prompt
+    assert cfg.rewards[1].id == "clinical_objectives" and cfg.rewards[1].weight == 0.0
+    assert cfg.algorithm.reward_aggregation.id == "normalize_then_sum"
