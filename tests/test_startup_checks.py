@@ -79,12 +79,12 @@ MISTAKES = {
 @pytest.mark.parametrize("name", sorted(MISTAKES))
 def test_train_and_config_show_report_the_same_mistake_before_the_model_loads(tiny, tmp_path, monkeypatch, name):
     sets, fragments = MISTAKES[name]
-    from grove.training import trainer
+    from grove.training import reinforcement_stage
 
     def no_model_load(*a, **k):
         raise AssertionError("the model was loaded before the config's mistake was reported")
 
-    monkeypatch.setattr(trainer, "build_policy_models", no_model_load)
+    monkeypatch.setattr(reinforcement_stage, "build_policy_models", no_model_load)  # what `grove train` loads with
     trained = runner.invoke(app, ["train", "examples/arithmetic.yaml", *_args(tiny, tmp_path / "run", *sets)])
     train_text = _one_error_line(trained, *fragments)
     shown = runner.invoke(app, ["config", "show", "examples/arithmetic.yaml", "--no-memory",
