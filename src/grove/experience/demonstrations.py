@@ -1,7 +1,7 @@
 """Demonstrations as an experience source: what supervised fine-tuning (``grove sft``) trains on.
 
 Each step draws ``sft.batch_size`` examples of ``sft.data`` in an epoch-based order
-(:class:`grove.experience.task_sampler.TaskSampler`, whose position the checkpoint holds, so a resumed run continues
+(:class:`grove.experience.example_epochs.ExampleEpochs`: the checkpoint holds the position, so a resumed run continues
 with the same examples), keeps this rank's share and returns them as one batch (:func:`grove.sft.batches.sft_batch`:
 the loss on the policy's own tokens, advantages 1, no rewards), packed with ``sft.packing``. The trainer's credit for
 it is :class:`grove.pipeline.supervised_targets.SupervisedTargets` and its loss the ``nll`` policy loss
@@ -12,15 +12,11 @@ offered as batches whose loss each evaluation reports; the policy itself is eval
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 from grove.batch import RolloutBatch
 from grove.distributed.world import World
 from grove.evaluation.evaluate import EvalResult
+from grove.experience.example_epochs import ExampleEpochs
 from grove.experience.source import ExperienceSource
-from grove.experience.task_sampler import TaskSampler
-from grove.pipeline.credit import ScoredExperience
 from grove.sft.batches import sft_batch
 from grove.sft.data import SftExample
 from grove.sft.splits import SftSplits
@@ -28,7 +24,7 @@ from grove.sft.splits import SftSplits
 __all__ = ["DemonstrationSource"]
 
 
-class DemonstrationSource:
+class DemonstrationSource(ExampleEpochs[SftExample]):
     """The examples of ``splits.train``, ``batch_size`` per step over the ranks of ``world``. ``pack_length``:
     ``None`` for one example per row, ``0`` to pack into rows of the batch's longest example, else the most tokens
     of a packed row. ``policy_evaluation``: the source that evaluates the policy (on rank 0), or ``None``."""
@@ -37,23 +33,11 @@ class DemonstrationSource:
         self, splits: SftSplits, batch_size: int, seed: int, pad_token_id: int, *, world: World,
         pack_length: int | None = None, policy_evaluation: ExperienceSource | None = None,
     ) -> None:
+        super().__init__(splits.train, splits.held_out, batch_size, seed, world)
         self.splits = splits
-        self.batch_size = batch_size
         self.pad_token_id = pad_token_id
-        self.world = world
         self.pack_length = pack_length
         self.policy_evaluation = policy_evaluation
-        self.sampler = TaskSampler(len(splits.train), seed)
-
-    def collect(self, step: int) -> ScoredExperience:
-        """This rank's share of the step's examples (every rank draws the step's indices, so the order stays in
-        step), with the epoch reached."""
-        start = time.perf_counter()
-        indices = self.sampler.next(self.batch_size)
-        first, end = self.world.shard(len(indices))
-        batch = self.batch([self.splits.train[i] for i in indices[first:end]])
-        epoch = self.sampler.state.epoch + self.sampler.state.position / self.sampler.num_examples
-        return ScoredExperience(batch, time.perf_counter() - start, 0, {"epoch": epoch}, samples=[])
 
     def batch(self, examples: list[SftExample]) -> RolloutBatch:
         """``examples`` as a batch; packed into rows of at most ``pack_length`` tokens (``0``: the longest example's
@@ -64,18 +48,7 @@ class DemonstrationSource:
             pack_length = max(len(e.input_ids) for e in examples)
         return sft_batch(examples, self.pad_token_id, pack_length=pack_length)
 
-    def held_out_batches(self, size: int) -> list[RolloutBatch]:
-        """The held-out examples in batches of ``size``."""
-        held = self.splits.held_out
-        return [self.batch(held[start : start + size]) for start in range(0, len(held), size)]
-
     def evaluate(self, step: int | None = None) -> EvalResult:
         if self.policy_evaluation is None:
             raise RuntimeError("this demonstration source has no policy evaluation (no env and no task to evaluate)")
         return self.policy_evaluation.evaluate(step=step)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.sampler.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.sampler.load_state_dict(state)
