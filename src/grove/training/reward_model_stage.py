@@ -23,17 +23,14 @@ from grove.config import ConfigError, GroveConfig
 from grove.distributed.world import World
 from grove.experience.reward_examples import RewardExampleSource
 from grove.models.reward_model_network import export_sequence_classifier
-from grove.pipeline.batch_stages import BatchStages
-from grove.pipeline.step_coefficients import FixedCoefficients
-from grove.pipeline.supervised_targets import SupervisedTargets
-from grove.pipeline.update import LossComponents, UpdateSchedule
+from grove.pipeline.update import LossComponents
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
 from grove.rm.held_out import HeldOutAgreement
 from grove.rm.reward_splits import load_rm_splits, regression_heads
 from grove.rm.score_update import ScoreUpdate
 from grove.training.policy_models import PolicyModels
 from grove.training.reward_models import build_reward_models
-from grove.training.training_stage import StageInputs, TrainingStage
+from grove.training.training_stage import StageInputs, TrainingStage, stored_example_stage
 
 __all__ = ["RewardModelTraining", "TEXT_FORMAT"]
 
@@ -86,20 +83,9 @@ class RewardModelTraining:
             max_response_length=rm.max_length, forward="padded", precision=cfg.train.precision, rollout_metrics=False,
         )
         steps = rm.total_steps(len(splits.train))
-        return TrainingStage(
-            label="rm",
-            steps=steps,
-            optimizer_steps=steps,
-            source=source,
-            credit=SupervisedTargets(),
-            stages=BatchStages(),
-            loss=loss,
-            schedule=UpdateSchedule(1, 1, cfg.train.micro_batch_size, cfg.train.max_grad_norm),
-            coefficients=FixedCoefficients(),
-            eval_every=rm.eval_every,
+        return stored_example_stage(
+            cfg, "rm", steps, source, loss, rm.eval_every,
             evaluates_policy=False,
-            generates_each_step=False,
-            exports_model=True,
             summary={
                 "train_rows": len(splits.train),
                 "held_out_rows": len(splits.held_out),

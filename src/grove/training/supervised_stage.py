@@ -21,15 +21,12 @@ from grove.config import ConfigError, GroveConfig
 from grove.distributed.world import World
 from grove.experience import SourceContext, build_experience_source
 from grove.experience.demonstrations import DemonstrationSource
-from grove.pipeline.batch_stages import BatchStages
-from grove.pipeline.step_coefficients import FixedCoefficients
-from grove.pipeline.supervised_targets import SupervisedTargets
-from grove.pipeline.update import LossComponents, UpdateSchedule
+from grove.pipeline.update import LossComponents
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
 from grove.rollout.engine import context_length
 from grove.sft.splits import load_splits
 from grove.training.policy_models import PolicyModels, build_policy_models
-from grove.training.training_stage import StageInputs, TrainingStage
+from grove.training.training_stage import StageInputs, TrainingStage, stored_example_stage
 
 __all__ = ["SupervisedFineTuning", "evaluates_policy"]
 
@@ -104,21 +101,10 @@ class SupervisedFineTuning:
             rollout_metrics=False,
         )
         steps = sft.total_steps(len(splits.train))
-        return TrainingStage(
-            label="sft",
-            steps=steps,
-            optimizer_steps=steps,
-            source=source,
-            credit=SupervisedTargets(),
-            stages=BatchStages(),
-            loss=loss,
-            schedule=UpdateSchedule(1, 1, cfg.train.micro_batch_size, cfg.train.max_grad_norm),
-            coefficients=FixedCoefficients(),
-            eval_every=sft.eval_every,
+        return stored_example_stage(
+            cfg, "sft", steps, source, loss, sft.eval_every,
             evaluates_policy=evaluating,
             held_out=tuple(source.held_out_batches(cfg.train.micro_batch_size)),
-            generates_each_step=False,
-            exports_model=True,
             summary={
                 "train_rows": len(splits.train),
                 "held_out_rows": len(splits.held_out),

@@ -30,11 +30,12 @@ from grove.experience.source import ExperienceSource
 from grove.models.merged_export import export_merged
 from grove.pipeline.batch_stages import BatchStages
 from grove.pipeline.credit import Credit
-from grove.pipeline.step_coefficients import StepCoefficients
+from grove.pipeline.step_coefficients import FixedCoefficients, StepCoefficients
+from grove.pipeline.supervised_targets import SupervisedTargets
 from grove.pipeline.update import LossComponents, UpdateSchedule
 from grove.training.policy_models import PolicyModels
 
-__all__ = ["StageInputs", "StageKind", "TrainingStage"]
+__all__ = ["StageInputs", "StageKind", "TrainingStage", "stored_example_stage"]
 
 
 @dataclass(frozen=True)
@@ -104,3 +105,28 @@ class StageKind(Protocol):
         ...
 
     def build(self, inputs: StageInputs) -> TrainingStage: ...
+
+
+def stored_example_stage(
+    cfg: GroveConfig, label: str, steps: int, source: ExperienceSource, loss: LossComponents, eval_every: int,
+    **fields: Any,
+) -> TrainingStage:
+    """A stage that trains on stored examples (``grove sft``'s demonstrations, ``grove rm``'s rows): their targets
+    are the labels themselves (:class:`grove.pipeline.supervised_targets.SupervisedTargets`, no batch stages), one
+    optimizer step per step over ``train.micro_batch_size`` micro-batches, fixed coefficients, no generation between
+    steps, and the model written to ``RUN_DIR/model/`` at the end; ``fields``: the kind's other fields."""
+    return TrainingStage(
+        label=label,
+        steps=steps,
+        optimizer_steps=steps,
+        source=source,
+        credit=SupervisedTargets(),
+        stages=BatchStages(),
+        loss=loss,
+        schedule=UpdateSchedule(1, 1, cfg.train.micro_batch_size, cfg.train.max_grad_norm),
+        coefficients=FixedCoefficients(),
+        eval_every=eval_every,
+        generates_each_step=False,
+        exports_model=True,
+        **fields,
+    )
