@@ -120,3 +120,16 @@ def test_the_clinical_rl_example_reads_its_reward_model_as_it_was_trained(reward
     assert cfg.rewards[0].params["system_prompt"] == cfg.rollout.system_prompt == rm_cfg.rollout.system_prompt
     assert cfg.rewards[1].id == "clinical_objectives" and cfg.rewards[1].weight == 0.0
     assert cfg.algorithm.reward_aggregation.id == "normalize_then_sum"
+
+
+def test_a_reward_model_trained_from_python(tmp_path):
+    tiny = create_tiny_model_dir(tmp_path / "tiny", seed=0)
+    data = tmp_path / "labelled.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _labelled_rows(24)))
+    run = grove.train(
+        kind="rm", model={"name": str(tiny)}, output_dir=str(tmp_path / "rm"), threads=1,
+        rm={"data": [str(data)], "objective": "regression", "heads": ["good", "long"], "steps": 2, "batch_size": 8},
+        logging={"progress": False, "tensorboard": False},
+    )
+    assert run.summary["heads"] == ["good", "long"] and (run.run_dir / "model" / "config.json").is_file()
+    assert resolve_reward("sequence_classifier", {"model": str(run.run_dir / "model")}).columns == ("good", "long")

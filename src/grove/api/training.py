@@ -1,4 +1,4 @@
-"""``grove.train``: a training run started from Python, the same run ``grove train`` (or ``grove sft``) starts.
+"""``grove.train``: a training run started from Python, the same run ``grove train`` (``grove sft``, ``grove rm``) starts.
 
 The config is built by :func:`grove.api.config_building.make_config` (Python rewards, in-memory data, an
 environment factory), the :class:`~grove.training.trainer.Trainer` runs it in this process with the same
@@ -42,7 +42,7 @@ def train(
     env: Callable[..., Any] | str | Mapping[str, Any] | None = None,
     overrides: Sequence[str] | None = None,
     resume: bool = False,
-    kind: Literal["train", "sft"] = "train",
+    kind: Literal["train", "sft", "rm"] = "train",
     plots: bool = True,
     **sections: Any,
 ) -> Run:
@@ -54,8 +54,9 @@ def train(
     Args:
         resume: continue the run in ``output_dir`` from its newest checkpoint (the config must resume exactly: the
             same rewards, data and algorithm, as ``--resume`` requires).
-        kind: ``"train"`` (reinforcement learning, ``grove train``) or ``"sft"`` (supervised fine-tuning on the
-            config's ``sft`` section, ``grove sft``).
+        kind: ``"train"`` (reinforcement learning, ``grove train``), ``"sft"`` (supervised fine-tuning on the
+            config's ``sft`` section, ``grove sft``) or ``"rm"`` (a reward model from the config's ``rm`` section,
+            ``grove rm``).
         plots: draw ``plots/*.png`` at the end.
 
     Returns:
