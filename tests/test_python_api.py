@@ -208,6 +208,24 @@ def test_a_run_with_notebook_objects_resumes_from_python_and_the_command_line_sa
     assert [m["step"] for m in resumed.metrics] == [1, 2]
 
 
+def test_an_interrupted_notebook_run_stops_after_the_step_and_resumes(tmp_path, tiny_model, caplog):
+    import signal
+
+    def interrupting(prompts, completions, **_):  # the notebook's interrupt arriving during the first step
+        if not interrupted:
+            interrupted.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return [0.0] * len(completions)
+
+    interrupted: list[bool] = []
+    sections = small(tiny_model, tmp_path / "run", train={"steps": 3}, eval={"before_training": False})
+    stopped = grove.train(rewards=[interrupting], train_dataset=ROWS, **sections)
+    assert stopped.stopped_by == "SIGINT" and [m["step"] for m in stopped.metrics] == [1]
+    assert "grove.train(..., resume=True)" in caplog.text and "grove train" not in caplog.text  # no CLI resume
+    resumed = grove.train(rewards=[interrupting], train_dataset=ROWS, resume=True, **sections)
+    assert resumed.stopped_by is None and [m["step"] for m in resumed.metrics] == [1, 2, 3]
+
+
 def test_importable_components_resume_across_python_and_the_command_line(tmp_path, tiny_model, monkeypatch):
     (tmp_path / "lab_rewards.py").write_text(textwrap.dedent("""
         def parity(prompts, completions, **_):

@@ -18,6 +18,7 @@ from grove.api.config_building import ConfigSource, make_config
 from grove.api.progress_bars import library_progress_bars_off
 from grove.api.run_results import Run
 from grove.config import ConfigError
+from grove.python_objects import is_python_reference
 
 __all__ = ["train"]
 
@@ -87,7 +88,8 @@ def train(
             log.info("resuming %s from %s", run_dir, trainer.resume_from.name)
         summary = trainer.run()
     if summary.stopped_by is not None:
-        importable = "python:" not in (run_dir / "config.yaml").read_text()
+        references = [r.id for r in cfg.rewards] + ([cfg.env.id] if cfg.env is not None else [])
+        importable = not any(is_python_reference(ref) for ref in references)
         log.warning(
             "%s received: stopped after step %d with a checkpoint; continue with %s",
             summary.stopped_by, summary.steps, _resume_command(kind, run_dir, importable),

@@ -132,12 +132,6 @@ class SequenceClassifierParams(ModelRewardParams):
         self.selected_heads()
         return self
 
-    def grove_training(self) -> dict[str, Any] | None:
-        """The ``grove_reward_model`` entry of a model exported by ``grove rm`` (its objective, text format and label
-        statistics), else ``None``."""
-        info = model_config_json(self.model).get("grove_reward_model")
-        return info if isinstance(info, dict) else None
-
     def head_names(self) -> tuple[str, ...]:
         """Every output head of the model, by name (:func:`head_names`)."""
         return head_names(model_config_json(self.model))
@@ -163,6 +157,13 @@ class SequenceClassifierParams(ModelRewardParams):
         """One objective per selected head when there are several; none (a single-objective reward) for one."""
         selected = self.selected_heads()
         return tuple(name for _, name in selected) if len(selected) > 1 else ()
+
+
+def grove_training(model: Any) -> dict[str, Any]:
+    """The ``grove_reward_model`` entry of a loaded model exported by ``grove rm`` (its objective, text format and
+    label statistics), else ``{}``."""
+    info = getattr(model.config, "grove_reward_model", None)
+    return info if isinstance(info, dict) else {}
 
 
 @dataclass
@@ -218,7 +219,7 @@ def _inputs(state: LoadedClassifier, params: SequenceClassifierParams, prompts: 
     template writes them). A ``grove rm`` model (``format: auto``) reads the text it was trained on
     (:func:`grove.rewards.reward_model_loading.reward_model_text`)."""
     prompts = [with_system_prompt(p, params.system_prompt) for p in prompts]
-    if params.format == "auto" and params.grove_training() is not None:
+    if params.format == "auto" and grove_training(state.model):
         return [reward_model_text(state.tokenizer, p, c) for p, c in zip(prompts, completions, strict=True)], False
     if uses_chat_template(state.tokenizer, params.format, "sequence_classifier"):
         texts = [
@@ -256,7 +257,7 @@ def classifier_outputs(
             logits = state.model(input_ids=ids.to(state.device), attention_mask=mask.to(state.device)).logits
             state.forwards += 1
             out[torch.tensor(chunk)] = logits.float().cpu()
-    statistics = params.grove_training() or {}
+    statistics = grove_training(state.model)
     if params.label_units and "label_mean" in statistics and "label_std" in statistics:
         out = out * torch.tensor(statistics["label_std"]) + torch.tensor(statistics["label_mean"])
     if params.transform == "sigmoid":
