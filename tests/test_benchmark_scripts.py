@@ -364,3 +364,32 @@ def test_d3s_report_tokens_seconds_and_paired_difference_by_hand(tmp_path, monke
     monkeypatch.setattr(sys, "argv", ["d3s.py", "run", "cfg.yaml", "--out", str(tmp_path / "x"), "--methods", "ppo"])
     with pytest.raises(SystemExit, match="unknown methods"):
         runpy.run_path(str(BENCHMARKS / "d3s.py"), run_name="__main__")
+
+
+def test_reward_model_rl_report_by_hand(tmp_path, monkeypatch, capsys) -> None:
+    """benchmarks/reward_model_rl.py: each objective's change paired by held-out item, and the head-vs-rule
+    correlation on the last evaluation (a rule's NaN leaves that completion out of the pair)."""
+    import json
+    import math
+
+    run = tmp_path / "run"
+    run.mkdir()
+    before = [{"rm": 0.1, "rule": 0.0}, {"rm": 0.2, "rule": 0.0}, {"rm": 0.3, "rule": 1.0}, {"rm": 0.4, "rule": 0.0}]
+    after = [{"rm": 0.2, "rule": 0.0}, {"rm": 0.5, "rule": 1.0}, {"rm": 0.7, "rule": 1.0}, {"rm": 0.9, "rule": math.nan}]
+    for step, rows in ((0, before), (4, after)):
+        lines = [json.dumps({"prompt": f"case {i}", "rewards": r}) for i, r in enumerate(rows)]
+        (run / f"eval_samples_step{step:06d}.jsonl").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(sys, "argv", ["reward_model_rl.py", str(run), "--pairs", "rm:rule"])
+    runpy.run_path(str(BENCHMARKS / "reward_model_rl.py"), run_name="__main__")
+    text = capsys.readouterr().out
+    # rm: differences 0.1, 0.3, 0.4, 0.5 → mean 0.325; rule on the 3 items it applies to after: 0, +1, 0 → 0.333
+    assert "| rm | 0.250 (" in text and "| 0.575 (" in text and "+0.325 (" in text and "4 items) |" in text
+    assert "| rule | 0.250 (" in text and "+0.333 (" in text and "3 items) |" in text
+    r = float(torch_corr([0.2, 0.5, 0.7], [0.0, 1.0, 1.0]))
+    assert f"| rm : rule | 3 | {r:.2f} (nan to nan) |" in text  # three completions: r, no interval (n < 4)
+
+
+def torch_corr(x: list[float], y: list[float]) -> float:
+    import torch
+
+    return float(torch.corrcoef(torch.tensor([x, y], dtype=torch.float64))[0, 1])
