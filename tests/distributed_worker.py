@@ -1,4 +1,4 @@
-"""One process of a ``torchrun`` launch (or a plain one-process run) for tests/test_distributed_equivalence.py.
+"""One rank of a 2-process world (or a plain one-process run) for tests/test_distributed_equivalence.py.
 
 It trains the cases listed in a JSON file through :class:`grove.training.trainer.Trainer`, in the world the
 launcher describes, with a scripted rollout engine: each completion is a pseudo-random token string seeded by

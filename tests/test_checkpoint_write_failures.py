@@ -10,7 +10,6 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.tiny_runs import (
 from typer.testing import CliRunner
 
 import grove.training.trainer as trainer_module
+from forked_processes import run_grove
 from grove.cli import app
 from grove.infra import checkpoint as ckpt
 from grove.models.tiny import create_tiny_model_dir
@@ -146,16 +146,8 @@ def test_the_file_size_limit_during_a_checkpoint(tiny, straight, tmp_path, limit
     """``ulimit -f`` below the weights' size (safetensors fails) or the trainer state's (torch.save fails)."""
     run = tmp_path / "run"
     config = config_file(tmp_path / "config.yaml", tiny, run, 3)
-    script = (
-        "import resource, sys\n"
-        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
-        f"sys.path.insert(0, {str(TESTS)!r})\n"
-        "from grove.cli import main\n"
-        f"sys.argv = ['grove', 'train', {str(config)!r}]\n"
-        "main()\n"
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(TESTS)}
+    proc = run_grove(["train", str(config)], env, Path.cwd(), tmp_path / "logs", file_size_limit=(limit, limit))
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-3000:]

@@ -1,6 +1,6 @@
 """`torchrun --nproc-per-node 2 -m grove train ...` from the command line (gloo, CPU, tiny model): both
 strategies run, rank 0 alone writes the run's logs, errors name the rank, a stuck collective times out naming
-the rank and the phase."""
+the rank and the phase; a 2-rank run stopped and resumed reproduces the uninterrupted one."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from forked_processes import run_grove_ranks
 from grove.models.tiny import create_tiny_model_dir
 
 TESTS = Path(__file__).parent
@@ -74,15 +75,13 @@ def test_a_stuck_collective_times_out_naming_rank_and_phase():
 
 def test_a_resumed_two_rank_run_reproduces_the_uninterrupted_one(tiny, tmp_path):
     """Real sampling on 2 ranks: each rank's rollout stream (and RNG states) is checkpointed, so stopping after
-    step 2 and resuming gives exactly the metrics of the run that went straight to step 3."""
+    step 2 and resuming gives exactly the metrics of the run that went straight to step 3 (the ranks launched as
+    torchrun launches them, by ``tests/forked_processes.py``)."""
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     extra = {"train.steps": 3, "rollout.temperature": 1.0}
-    done = _torchrun(_train_args(tiny, straight, "fsdp2", **extra))
-    assert done.returncode == 0, done.stderr[-4000:]
-    done = _torchrun(_train_args(tiny, resumed, "fsdp2", **{**extra, "train.steps": 2}))
-    assert done.returncode == 0, done.stderr[-4000:]
-    done = _torchrun([*_train_args(tiny, resumed, "fsdp2", **extra), "--resume", str(resumed)])
-    assert done.returncode == 0, done.stderr[-4000:]
+    for args in (_train_args(tiny, straight, "fsdp2", **extra), _train_args(tiny, resumed, "fsdp2", **{**extra, "train.steps": 2}),
+                 [*_train_args(tiny, resumed, "fsdp2", **extra), "--resume", str(resumed)]):
+        run_grove_ranks(2, args[2:], logs=tmp_path / "logs", cwd=ROOT)
     timing = ("seconds", "per_second")
     a = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     b = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]

@@ -1,5 +1,6 @@
-"""N ranks equal one: 2-process DDP and FSDP2 runs (gloo, CPU, tiny model, launched by torchrun) against the
-single-process run on the same data, and checkpoints resumed across world sizes and strategies.
+"""N ranks equal one: 2-process DDP and FSDP2 runs (gloo, CPU, tiny model; the ranks launched as torchrun launches
+them, by ``tests/forked_processes.py``) against the single-process run on the same data, and checkpoints resumed
+across world sizes and strategies.
 
 The runs use ``tests/distributed_worker.py``: grove's trainer with a scripted rollout engine whose completions
 depend only on the prompt and the index in the group, so every world size sees the same step batch. Compared:
@@ -20,22 +21,17 @@ of samples).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from forked_processes import run_ranks
 from grove.models.tiny import create_tiny_model_dir
 
 # the strategies share one module's reference runs: on one xdist worker they are computed once (make test)
 pytestmark = pytest.mark.xdist_group("distributed_equivalence")
-
-TESTS = Path(__file__).parent
-WORKER = TESTS / "distributed_worker.py"
 
 ALGORITHMS = {
     "grpo": ["algorithm={advantage: {id: grpo}, policy_loss: {id: ppo_clip}, aggregation: token_mean}"],
@@ -94,15 +90,7 @@ def _base(model: Path, out: Path, steps: int, strategy: str = "ddp") -> list[str
 
 def _launch(processes: int, cases: list[dict], spec: Path) -> None:
     spec.write_text(json.dumps(cases))
-    if processes == 1:
-        cmd = [sys.executable, str(WORKER), str(spec)]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
-               str(WORKER), str(spec)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+    run_ranks(processes, "distributed_worker:main", [str(spec)], logs=spec.with_suffix(""), timeout=900)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
+from forked_processes import run_grove
 from grove.cli import app
 from grove.infra import checkpoint as ckpt
 from grove.infra.write_failures import DISK_FULL, SIZE_LIMIT, RunWriteError, write_failure_cause
@@ -217,11 +218,8 @@ def test_a_file_size_limit_during_a_run_is_one_error_and_resume_reproduces(tiny,
     """The whole CLI under ``ulimit -f``: the checkpoint's trainer state (about 0.8 MB) exceeds 600 kB."""
     out = tmp_path / "run"
     args = _args(tiny, out)
-    limit = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (600_000, resource.RLIM_INFINITY)); "
-    code = limit + "import sys; from grove.cli import main; sys.argv = ['grove'] + sys.argv[1:]; main()"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, env=env,
-                           timeout=300)
+    first = run_grove(args, env, ROOT, tmp_path / "logs", file_size_limit=(600_000, -1))
     assert first.returncode == 2, first.stderr[-3000:]
     message = " ".join(first.stderr[first.stderr.index("error:"):].split())
     assert "Traceback" not in first.stderr

@@ -19,7 +19,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from forked_processes import start_grove, start_server
 from grove.models.tiny import create_tiny_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,27 +51,26 @@ def _train(model: Path, out: Path, *, resume: bool = False, point: KillPoint | N
         "checkpoint.keep_last": 2, "logging.progress": False, "eval.max_examples": 3, "eval.every": 2,
         "checkpoint.format": fmt,
     }
-    cmd = [sys.executable, "-m", "grove", "train", "examples/arithmetic.yaml"]
+    args = ["train", "examples/arithmetic.yaml"]
     for k, v in sets.items():
-        cmd += ["--set", f"{k}={v}"]
+        args += ["--set", f"{k}={v}"]
     if resume:
-        cmd += ["--resume", str(out)]
+        args += ["--resume", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
     if point is not None and point.phase_step:
         env["GROVE_KILL_AT"] = point.phase_step
-    with open(out.parent / f"{out.name}.log", "a") as log:
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=log)
-        if point is not None and point.after_seconds is not None:
-            try:
-                proc.wait(timeout=point.after_seconds)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-        if point is not None and point.sigterm_after_step is not None:
-            metrics = out / "metrics.jsonl"
-            while proc.poll() is None and _lines(metrics) < point.sigterm_after_step:
-                time.sleep(0.005)
-            proc.send_signal(signal.SIGTERM)
-        return proc.wait(timeout=600)
+    proc = start_grove(args, env, ROOT, out.parent / f"{out.name}.log")
+    if point is not None and point.after_seconds is not None:
+        try:
+            proc.wait(timeout=point.after_seconds)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+    if point is not None and point.sigterm_after_step is not None:
+        metrics = out / "metrics.jsonl"
+        while proc.poll() is None and _lines(metrics) < point.sigterm_after_step:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=600)
 
 
 def _lines(path: Path) -> int:
@@ -88,6 +87,7 @@ def reference(tmp_path_factory):
     root = tmp_path_factory.mktemp("kill-fuzzer")
     model = create_tiny_model_dir(root / "tiny")
     out = root / "uninterrupted"
+    start_server()  # the timed kills below are drawn over the run's own wall time, not the server's start-up
     start = time.perf_counter()
     assert _train(model, out) == 0, (root / "uninterrupted.log").read_text()[-3000:]
     return model, out, time.perf_counter() - start

@@ -281,29 +281,31 @@ def test_a_stop_on_an_evaluation_step_keeps_that_evaluation(tiny, tmp_path):
 
 def test_grove_train_stops_on_sigterm_and_says_how_to_resume(tiny, tmp_path):
     """The command line: SIGTERM mid-run → checkpoint, exit code 143, the resume command printed."""
-    import subprocess
-    import sys
     import time
+
+    from forked_processes import start_grove
 
     out = tmp_path / "run"
     root = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, "-m", "grove", "train", "examples/arithmetic.yaml"]
+    args = ["train", "examples/arithmetic.yaml"]
     for key, value in {
         "model.name": tiny, "output_dir": out, "threads": 1, "task": "{id: arithmetic, train_size: 16, eval_size: 2}",
         "rollout.max_new_tokens": 5, "train.steps": 500, "train.prompts_per_step": 2,
         "train.completions_per_prompt": 2, "checkpoint.every": 1000, "logging.progress": False,
         "logging.tensorboard": False, "eval.before_training": False,
     }.items():
-        cmd += ["--set", f"{key}={value}"]
+        args += ["--set", f"{key}={value}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root / "src")}
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "train.log"
+    proc = start_grove(args, env, root, log)
     deadline = time.time() + 120
     while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip():
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    code = proc.wait(timeout=120)
+    stderr = log.read_text()
+    assert code == 128 + signal.SIGTERM, stderr[-3000:]
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert "SIGTERM received" in stderr and f"--resume {out}" in stderr and "Traceback" not in stderr
     assert [c.name for c in ckpt.list_checkpoints(out)] == [f"step-{steps[-1]:06d}"]

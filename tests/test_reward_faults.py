@@ -27,6 +27,7 @@ from tests.test_pipeline_collect import settings as collect_settings
 from tests.test_train_e2e import base_overrides
 
 import grove.builtin_components  # noqa: F401
+from forked_processes import run_grove
 from grove.models.tiny import create_tiny_model_dir
 from grove.registry import ADVANTAGE_ESTIMATORS, REWARD_AGGREGATORS
 from grove.rewards.scoring import RewardFunctionError, compute_rewards, resolve_reward
@@ -321,15 +322,14 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 def train(model: Path, out: Path, rewards: str, **extra) -> subprocess.CompletedProcess:
-    """``python -m grove train`` on the tiny model (2 steps), with user rewards importable from tests/."""
+    """``grove train`` in a process of its own on the tiny model (2 steps), with user rewards importable from
+    tests/."""
     values = {
         "rewards": rewards, "train.steps": 2, "eval.before_training": False, "logging.tensorboard": False, **extra
     }
     env = {**os.environ, "PYTHONPATH": PYTHONPATH}
-    return subprocess.run(
-        [sys.executable, "-m", "grove", "train", "examples/arithmetic.yaml", *base_overrides(model, out, **values)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
+    argv = ["train", "examples/arithmetic.yaml", *base_overrides(model, out, **values)]
+    return run_grove(argv, env, ROOT, out.parent / f"{out.name}-logs")
 
 
 def metric_rows(out: Path) -> list[dict]:

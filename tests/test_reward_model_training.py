@@ -24,6 +24,7 @@ from tests.tiny_runs import copy_run, records, same_weights, weights
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from typer.testing import CliRunner
 
+from forked_processes import run_grove_ranks
 from grove.cli import app
 from grove.config import dump_config
 from grove.models.tiny import create_tiny_model_dir
@@ -235,18 +236,6 @@ def test_lora_trains_adapters_and_the_head_and_exports_a_merged_classifier(setup
     assert exported.config.id2label == {0: "reward"}
 
 
-def _torchrun(processes: int, config: Path) -> None:
-    if processes == 1:
-        cmd = [sys.executable, "-m", "grove", "rm", str(config)]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
-               "-m", "grove", "rm", str(config)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{' '.join(cmd)}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-
-
-@pytest.mark.slow  # two torchrun launches: about 30 s on 2 cores
 def test_two_ranks_equal_one_process(setup, tmp_path):
     root, tiny, _, labelled = setup
     runs = {}
@@ -256,7 +245,7 @@ def test_two_ranks_equal_one_process(setup, tmp_path):
         extra = {"distributed.strategy": "ddp", "distributed.timeout_seconds": 120, "optim.eps": 1e-3,
                  "rm.objective": "regression"}
         config.write_text(dump_config(_cfg(tiny, labelled, out, 2, **extra)))
-        _torchrun(processes, config)
+        run_grove_ranks(processes, ["rm", str(config)], logs=tmp_path / f"logs-{processes}")
         runs[processes] = out
     one, two = records(runs[1] / "metrics.jsonl"), records(runs[2] / "metrics.jsonl")
     for a, b in zip(one, two, strict=True):

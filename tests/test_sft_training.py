@@ -3,16 +3,13 @@
 Checked: the loss is the mean cross-entropy of the trained tokens (against an independent computation), it falls,
 the held-out loss is logged, the final model is a plain transformers model that ``model.init_from`` starts RL from;
 a killed run resumes to the same weights and logs; packing changes nothing but the layout; LoRA trains adapters and
-exports a merged model; two gloo ranks (DDP and FSDP2, under torchrun) equal one process; a task config is
+exports a merged model; two gloo ranks (DDP and FSDP2) equal one process; a task config is
 evaluated before and after; bad data is one ``error:`` line naming the file and line.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +19,7 @@ from tests.tiny_runs import copy_run, records, same_weights, weights
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
+from forked_processes import run_grove_ranks
 from grove.cli import app
 from grove.config import dump_config
 from grove.experience.task_sampler import TaskSampler
@@ -187,17 +185,6 @@ def test_without_an_sft_section_the_command_says_what_to_add(setup, tmp_path):
     assert result.exit_code == 2 and "sft: {data:" in result.output
 
 
-def _torchrun(processes: int, config: Path) -> None:
-    if processes == 1:
-        cmd = [sys.executable, "-m", "grove", "sft", str(config)]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
-               "-m", "grove", "sft", str(config)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{' '.join(cmd)}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-
-
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_two_ranks_equal_one_process(setup, tmp_path, strategy):
     root, tiny, data, _ = setup
@@ -209,7 +196,7 @@ def test_two_ranks_equal_one_process(setup, tmp_path, strategy):
                  "sft.evaluate": True, "task": "{id: arithmetic, train_size: 16, eval_size: 2}",
                  "rollout.max_new_tokens": 3}
         config.write_text(dump_config(_cfg(tiny, data, out, 2, **extra)))
-        _torchrun(processes, config)
+        run_grove_ranks(processes, ["sft", str(config)], logs=tmp_path / f"logs-{processes}")
         runs[processes] = out
     one, two = records(runs[1] / "metrics.jsonl"), records(runs[2] / "metrics.jsonl")
     for a, b in zip(one, two, strict=True):

@@ -1,6 +1,6 @@
-"""``checkpoint.format: sharded`` (torch.distributed.checkpoint files, one per rank) on 2 gloo ranks under
-torchrun (CPU, tiny model, the scripted rollout engine of ``tests/distributed_worker.py``): a 2-rank FSDP2 run's
-sharded checkpoint resumed as FSDP2, as DDP and by one process reaches the weights and metrics of the
+"""``checkpoint.format: sharded`` (torch.distributed.checkpoint files, one per rank) on 2 gloo ranks (CPU, tiny
+model, the scripted rollout engine of ``tests/distributed_worker.py``): a 2-rank FSDP2 run's sharded checkpoint
+resumed as FSDP2, as DDP and by one process reaches the weights and metrics of the
 uninterrupted one-process run, a one-process sharded checkpoint resumes on 2 FSDP2 ranks, each rank writes its
 own shard file, a damaged shard is passed over by ``--resume``, a failed shard write leaves the previous checkpoint
 and removes its temporary directory, and ``grove export`` and ``model.init_from`` refuse a sharded checkpoint
@@ -17,6 +17,9 @@ from grove.infra import checkpoint as ckpt
 from grove.models.tiny import create_tiny_model_dir
 from grove.training.checkpoint_export import export_checkpoint
 from test_distributed_equivalence import ALGORITHMS, _base, _launch, _metrics
+
+# the tests share one module's runs: on one xdist worker they are computed once (make test)
+pytestmark = pytest.mark.xdist_group("sharded_checkpoints")
 
 
 def _case(model, out, steps, strategy="ddp", resume=False, fmt="sharded") -> dict:

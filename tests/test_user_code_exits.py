@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from forked_processes import ForkedProcess, start_grove
 from grove.cli import app
 from grove.infra import checkpoint as ckpt
 from grove.models.tiny import create_tiny_model_dir
@@ -97,35 +97,36 @@ def test_user_code_converts_exits_but_not_a_second_signal():
                 raise ImmediateStop("SIGTERM")
 
 
-def _popen_train(args: list[str], env_extra: dict[str, str]) -> subprocess.Popen:
+def _start_train(args: list[str], env_extra: dict[str, str], log: Path) -> ForkedProcess:
+    """``grove ARGS`` in a process of its own (forked with grove imported), its output in ``log``."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(TESTS)]),
            **env_extra}
-    return subprocess.Popen([sys.executable, "-m", "grove", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return start_grove(args, env, ROOT, log)
 
 
 def test_a_second_sigterm_stops_a_run_whose_reward_hangs(tiny, tmp_path):
     out = tmp_path / "run"
     args = _args(tiny, out, rewards="[{id: 'stopping_user_code:hangs_from_call'}]")
-    proc = _popen_train(args, {"GROVE_TEST_HANG_FROM": "2"})  # step 1 scores, step 2's reward hangs
+    log = tmp_path / "train.log"
+    proc = _start_train(args, {"GROVE_TEST_HANG_FROM": "2"}, log)  # step 1 scores, step 2's reward hangs
     deadline = time.time() + 120
     while not ckpt.list_checkpoints(out):
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
         time.sleep(0.2)
     time.sleep(1.0)  # into step 2's hung reward
     proc.send_signal(signal.SIGTERM)
     time.sleep(1.5)
     assert proc.poll() is None  # the first signal waits for the step, which hangs
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    code = proc.wait(timeout=60)
+    stderr = log.read_text()
+    assert code == 128 + signal.SIGTERM, stderr[-3000:]
     text = " ".join(stderr.split())
     assert "Traceback" not in stderr
     assert "send SIGTERM or Ctrl-C again" in text  # what the first signal said
     assert "SIGTERM received a second time: stopped at once during step 2" in text
     assert "the last checkpoint is step-000001" in text and f"--resume {out}" in text
-    resumed = _popen_train([*args, "--resume", str(out)], {"GROVE_TEST_HANG_FROM": "1000"})
-    _, stderr = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, stderr[-3000:]
+    resumed = _start_train([*args, "--resume", str(out)], {"GROVE_TEST_HANG_FROM": "1000"}, tmp_path / "resume.log")
+    assert resumed.wait(timeout=300) == 0, (tmp_path / "resume.log").read_text()[-3000:]
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
