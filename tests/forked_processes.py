@@ -26,7 +26,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ForkedProcess", "run_grove", "run_grove_ranks", "run_ranks", "start", "start_grove", "start_server"]
+__all__ = [
+    "ForkedProcess", "run", "run_grove", "run_grove_ranks", "run_ranks", "run_script", "start", "start_grove",
+    "start_server",
+]
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 # what `grove` itself sets before importing the Hugging Face libraries
@@ -59,6 +62,14 @@ def grove_command(*argv: str) -> None:
     from grove.cli import main
 
     main()
+
+
+def python_script(path: str, *argv: str) -> None:
+    """``python PATH ARGV``: the script run as ``__main__``."""
+    import runpy
+
+    sys.argv = [path, *argv]
+    runpy.run_path(path, run_name="__main__")
 
 
 def grove_command_under_file_size_limit(soft: int, hard: int, *argv: str) -> None:
@@ -115,24 +126,36 @@ def start_grove(
     return start("forked_processes:grove_command", list(argv), env, cwd, log, stderr_log)
 
 
-def run_grove(
-    argv: Sequence[str], env: dict[str, str], cwd: Path, logs: Path, timeout: float = 300,
-    file_size_limit: tuple[int, int] | None = None,
+def run(
+    target: str, args: Sequence[object], env: dict[str, str], cwd: Path, logs: Path, timeout: float = 300
 ) -> subprocess.CompletedProcess:
-    """``grove ARGV`` to its end, as :func:`subprocess.run` with ``capture_output=True, text=True`` reports it (its
-    stdout and stderr also kept in ``logs/``); ``file_size_limit=(soft, hard)``: under ``ulimit -f`` (hard -1:
-    unlimited)."""
+    """``module:function(*args)`` to its end, as :func:`subprocess.run` with ``capture_output=True, text=True``
+    reports it (its stdout and stderr also kept in ``logs/``)."""
     logs.mkdir(parents=True, exist_ok=True)
     out, err = logs / "stdout.log", logs / "stderr.log"
     for path in (out, err):
         path.write_text("")
+    code = start(target, args, env, cwd, out, err).wait(timeout)
+    return subprocess.CompletedProcess([target, *map(str, args)], code, out.read_text(), err.read_text())
+
+
+def run_grove(
+    argv: Sequence[str], env: dict[str, str], cwd: Path, logs: Path, timeout: float = 300,
+    file_size_limit: tuple[int, int] | None = None,
+) -> subprocess.CompletedProcess:
+    """``grove ARGV`` to its end (see :func:`run`); ``file_size_limit=(soft, hard)``: under ``ulimit -f`` (hard -1:
+    unlimited)."""
     if file_size_limit is None:
-        process = start_grove(argv, env, cwd, out, err)
-    else:
-        process = start("forked_processes:grove_command_under_file_size_limit", [*file_size_limit, *argv], env, cwd,
-                        out, err)
-    code = process.wait(timeout)
-    return subprocess.CompletedProcess(["grove", *argv], code, out.read_text(), err.read_text())
+        return run("forked_processes:grove_command", list(argv), env, cwd, logs, timeout)
+    return run("forked_processes:grove_command_under_file_size_limit", [*file_size_limit, *argv], env, cwd, logs,
+               timeout)
+
+
+def run_script(
+    path: Path, argv: Sequence[str], env: dict[str, str], cwd: Path, logs: Path, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``python PATH ARGV`` to its end (see :func:`run`)."""
+    return run("forked_processes:python_script", [str(path), *argv], env, cwd, logs, timeout)
 
 
 def _free_port() -> int:

@@ -241,7 +241,7 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
         runpy.run_path(str(BENCHMARKS / "step_grpo.py"), run_name="__main__")
 
 
-def test_data_parallel_benchmark_runs_every_variant_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
+def test_data_parallel_benchmark_runs_and_tabulates_its_variants_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
     """benchmarks/data_parallel.py launches one process and 2 FSDP2 ranks (``--variants``; the DDP variant differs
     only by its strategy) and tabulates them."""
     import os

@@ -23,6 +23,10 @@ from grove.envs.text_games import (  # noqa: E402
 PARAMS = {"challenge": "cooking", "num_train_games": 1, "num_eval_games": 1}
 
 
+# the games are generated once, on one xdist worker (make test)
+pytestmark = pytest.mark.xdist_group("textworld_games")
+
+
 @pytest.fixture(scope="session")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("grove-cache"))

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import grove
+from forked_processes import run_grove, run_script
 from grove.cli import app
 from grove.config import ConfigError
 from grove.models.tiny import create_tiny_model_dir
@@ -193,9 +194,9 @@ def test_a_run_with_notebook_objects_resumes_from_python_and_the_command_line_sa
 
     run_dir = tmp_path / "run"
     grove.train(rewards=[notebook_reward], train_dataset=ROWS, **small(tiny_model, run_dir))
-    result = subprocess.run(  # another process: the command line, which holds no notebook objects
-        [sys.executable, "-m", "grove", "train", str(run_dir / "config.yaml"), "--resume", str(run_dir),
-         "--set", "train.steps=2"], capture_output=True, text=True, timeout=300,
+    result = run_grove(  # another process: the command line, which holds no notebook objects
+        ["train", str(run_dir / "config.yaml"), "--resume", str(run_dir), "--set", "train.steps=2"], dict(os.environ),
+        Path.cwd(), tmp_path / "cli-logs",
     )
     assert result.returncode == 2
     message = " ".join(result.stderr.split())
@@ -306,10 +307,7 @@ def test_importing_grove_loads_neither_torch_nor_the_api():
 def test_the_notebook_example_runs(tmp_path, tiny_model):
     env = {**os.environ, "GROVE_EXAMPLE_MODEL": str(tiny_model), "GROVE_EXAMPLE_STEPS": "2",
            "GROVE_EXAMPLE_OUT": str(tmp_path / "out")}
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "python_api.py")], env=env, cwd=tmp_path, capture_output=True,
-        text=True, timeout=300,
-    )
+    done = run_script(ROOT / "examples" / "python_api.py", [], env, tmp_path, tmp_path / "logs")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "before (step  0)" in done.stdout and "after (step  2)" in done.stdout
     summary = json.loads((tmp_path / "out" / "addition" / "summary.json").read_text())

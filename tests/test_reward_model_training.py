@@ -14,8 +14,6 @@ import json
 import math
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,7 @@ from tests.tiny_runs import copy_run, records, same_weights, weights
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from typer.testing import CliRunner
 
-from forked_processes import run_grove_ranks
+from forked_processes import run_grove_ranks, run_script
 from grove.cli import app
 from grove.config import dump_config
 from grove.models.tiny import create_tiny_model_dir
@@ -320,17 +318,17 @@ def test_the_clinical_example_labels_vary_and_its_config_reads_them(setup, tmp_p
     root, tiny, _, _ = setup
     repo = Path(__file__).resolve().parent.parent
     out = tmp_path / "labels"
-    command = [sys.executable, str(repo / "examples" / "reward_model" / "make_labels.py"),
-               str(repo / "examples" / "reward_model_clinical.yaml"), "--train-cases", "4", "--eval-cases", "2",
-               "--out", str(out)]
+    script = repo / "examples" / "reward_model" / "make_labels.py"
+    argv = [str(repo / "examples" / "reward_model_clinical.yaml"), "--train-cases", "4", "--eval-cases", "2",
+            "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=repo, env=env)
+    done = run_script(script, argv, env, repo, tmp_path / "first")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
     assert len(rows) == 16 and rows[0]["prompt"][0]["role"] == "system"
     for head in ("accuracy", "faithfulness", "comprehensiveness"):
         assert len({r["labels"][head] for r in rows}) > 1, head  # the corruptions move every label
-    again = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=repo, env=env)
+    again = run_script(script, argv, env, repo, tmp_path / "again")
     assert "up to date" in again.stdout
     from grove.rm.reward_splits import load_rm_splits
 

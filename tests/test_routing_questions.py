@@ -217,12 +217,18 @@ def test_too_small_category_is_skipped(kb_cache):
 # ----------------------------------------------------------------------------------------------
 
 
+# with the other tests that load the ontology (tests/test_knowledge_bases.py, tests/test_demos.py): one load per
+# worker, and the medical knowledge base built once into the worker's cache dir
+full_set = pytest.mark.xdist_group("hpo_ontology")
+
+
 @pytest.fixture(scope="module")
 def full(kb_cache) -> list[RoutingQuestion]:
     return routing_questions(RoutingQuestionParams(cache_dir=kb_cache))
 
 
 @pytest.mark.slow
+@full_set
 def test_full_set_every_category_and_split(full):
     present = {(q.category, q.split) for q in full}
     for category in CATEGORIES:
@@ -234,16 +240,19 @@ def test_full_set_every_category_and_split(full):
 
 
 @pytest.mark.slow
+@full_set
 def test_full_set_gold_routes_answerable(full, kb_cache):
     _check_gold_route(full, kb_cache)
 
 
 @pytest.mark.slow
+@full_set
 def test_full_set_splits_disjoint_by_entity(full, kb_cache):
     _check_splits_disjoint(full, _country_iso(kb_cache))
 
 
 @pytest.mark.slow
+@full_set
 def test_full_set_text_questions(full):
     wiki = [q for q in full if q.category == "wiki_description"]
     for q in wiki:
