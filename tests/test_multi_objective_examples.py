@@ -31,7 +31,8 @@ def test_multi_objective_examples_load(name, objectives, aggregator):
     ("name", "task_overrides"),
     [
         ("ifeval_gdpo", ["task.eval_size=4", "task.train_size=8"]),
-        ("clinical_crpo", ["task.eval_size=4", "task.train_size=8"]),
+        # with the other tests that load the ontology: one load per worker
+        pytest.param("clinical_crpo", ["task.eval_size=4", "task.train_size=8"], marks=pytest.mark.xdist_group("hpo_ontology")),
     ],
 )
 def test_multi_objective_examples_train_on_a_tiny_model(name, task_overrides, tmp_path, monkeypatch):

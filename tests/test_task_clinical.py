@@ -30,6 +30,10 @@ DISTRACTOR = {"train_size": 10, "eval_size": 10, "seed": 1, "distractor_finding"
 COLUMNS = {"answer", "findings", "distractor", "candidates", "supported_ids", "lexicon_path", "disease"}
 
 
+# with the other tests that load the ontology (one load per worker, ~20 s)
+pytestmark = pytest.mark.xdist_group("hpo_ontology")
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("grove-cache")
