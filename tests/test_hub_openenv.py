@@ -210,7 +210,7 @@ def test_a_server_that_dies_mid_step_ends_those_trajectories_not_the_run(tiny_mo
     assert "exited with code 3" in records and "COUNTER_CRASH_FILE" in records
 
 
-def test_grove_train_says_in_one_line_that_the_server_did_not_start(tmp_path):
+def test_grove_train_says_in_one_line_that_the_server_did_not_start(tiny_model, tmp_path):
     from typer.testing import CliRunner
 
     from grove.cli import app
@@ -218,7 +218,7 @@ def test_grove_train_says_in_one_line_that_the_server_did_not_start(tmp_path):
     exits = [sys.executable, "-c", "import sys; print('no app here'); sys.exit(4)", "{port}"]
     config = tmp_path / "openenv.yaml"
     config.write_text(f"env: {{id: openenv, params: {{server: {{command: {exits!r}}}}}}}\noutput_dir: {tmp_path / 'run'}\n"
-                      "logging: {progress: false}\n")
+                      f"model: {{name: {tiny_model}}}\nlogging: {{progress: false}}\n")
     result = CliRunner().invoke(app, ["train", str(config)])
     assert result.exit_code == 2, result.output
     assert "error:" in result.output and "exited with code 4" in result.output and "Traceback" not in result.output

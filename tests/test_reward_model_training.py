@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
+import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from tests.tiny_runs import copy_run, records, same_weights, weights
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from typer.testing import CliRunner
 
-from forked_processes import run_grove_ranks, run_script
+from forked_processes import run_grove_ranks
 from grove.cli import app
 from grove.config import dump_config
 from grove.models.tiny import create_tiny_model_dir
@@ -312,24 +313,27 @@ def test_without_an_rm_section_the_command_says_what_to_add(setup, tmp_path):
     assert result.exit_code == 2 and "rm: {data:" in " ".join(result.output.split())
 
 
-def test_the_clinical_example_labels_vary_and_its_config_reads_them(setup, tmp_path):
+@pytest.mark.xdist_group("hpo_ontology")  # with the other tests that load the ontology: one load per worker
+def test_the_clinical_example_labels_vary_and_its_config_reads_them(setup, tmp_path, monkeypatch, capsys):
     """examples/reward_model_clinical.yaml: make_labels.py writes rows whose rule-based labels vary (cached), and the
     config's rm section reads them with the tiny model's tokenizer."""
     root, tiny, _, _ = setup
     repo = Path(__file__).resolve().parent.parent
     out = tmp_path / "labels"
     script = repo / "examples" / "reward_model" / "make_labels.py"
-    argv = [str(repo / "examples" / "reward_model_clinical.yaml"), "--train-cases", "4", "--eval-cases", "2",
-            "--out", str(out)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), os.environ.get("PYTHONPATH", "")])}
-    done = run_script(script, argv, env, repo, tmp_path / "first")
-    assert done.returncode == 0, done.stderr[-3000:]
+    argv = [str(script), str(repo / "examples" / "reward_model_clinical.yaml"), "--train-cases", "4",
+            "--eval-cases", "2", "--out", str(out)]
+    monkeypatch.setenv("GROVE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(sys, "argv", argv)
+    runpy.run_path(str(script), run_name="__main__")
     rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
     assert len(rows) == 16 and rows[0]["prompt"][0]["role"] == "system"
     for head in ("accuracy", "faithfulness", "comprehensiveness"):
         assert len({r["labels"][head] for r in rows}) > 1, head  # the corruptions move every label
-    again = run_script(script, argv, env, repo, tmp_path / "again")
-    assert "up to date" in again.stdout
+    capsys.readouterr()
+    runpy.run_path(str(script), run_name="__main__")
+    assert "up to date" in capsys.readouterr().out
     from grove.rm.reward_splits import load_rm_splits
 
     cfg = load_config(repo / "examples" / "reward_model_clinical.yaml", [

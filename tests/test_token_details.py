@@ -28,6 +28,7 @@ from grove.pipeline.token_details import (
     chosen_rows,
     records_on_step,
     round_significant,
+    token_entropy,
 )
 from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
 from grove.pipeline.update_totals import TrainedTokens
@@ -150,6 +151,26 @@ def _capture(model, tokenizer, batch, parts, max_samples=16):
 
 def _width(record: dict) -> int:
     return len(record["token_ids"])
+
+
+def test_the_entropy_pass_compiles_nothing_where_the_layers_are_compiled(policy, batch):
+    """With ``train.compile`` the diagnostic no-grad pass runs the compiled layers eagerly: a no-grad graph would cost
+    one more compilation for one pass per recorded step."""
+    import copy
+
+    from torch._dynamo.utils import counters
+
+    from grove.models.compiled_layers import CompileUnavailable, compile_decoder_layers
+
+    model = copy.deepcopy(policy[0])
+    eager = token_entropy(model, batch, _parts())
+    try:
+        compile_decoder_layers(model)
+    except CompileUnavailable as exc:
+        pytest.skip(str(exc))
+    graphs = counters["stats"]["unique_graphs"]
+    torch.testing.assert_close(token_entropy(model, batch, _parts()), eager)
+    assert counters["stats"]["unique_graphs"] == graphs
 
 
 def test_records_hold_the_batch_values_and_the_entropy_of_the_logits(policy, batch):

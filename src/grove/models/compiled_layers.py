@@ -12,7 +12,8 @@ The compilation is paid once, in the first update (less when inductor's on-disk 
 later update is shorter, most in bf16 (measured by ``benchmarks/vs_trl.py``'s ``…-compiled`` workers and
 ``benchmarks/micro_batch_size.py --set train.compile=true``; results in docs/benchmarks.md). Inductor reorders and
 fuses float arithmetic, so the numbers equal eager's up to float rounding (tested to 1e-5 relative in float32), not
-bit for bit. Generation runs on its own copy of the weights and is not compiled.
+bit for bit. Generation runs on its own copy of the weights and is not compiled; the no-grad entropy pass of
+``logging.token_details`` runs the compiled layers eagerly (:func:`grove.pipeline.token_details.token_entropy`).
 
 On a CPU inductor writes and builds C++: it needs a C++ compiler on ``PATH``. Launches with several ranks
 (DDP / FSDP2) are not supported yet (not measured); :func:`compile_decoder_layers` is applied before any

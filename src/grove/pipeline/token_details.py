@@ -106,7 +106,9 @@ def token_entropy(model: torch.nn.Module, batch: RolloutBatch, parts: LossCompon
     if not bool(batch.response_mask.any()):  # nothing to score
         return entropy
     trimmed = batch.trimmed()
-    with autocast(parts.precision, next(model.parameters()).device):
+    # eager even where train.compile compiled the layers: a no-grad graph would cost one more compilation for this
+    # one diagnostic pass per recorded step (the values equal the compiled forward's to float rounding)
+    with torch.compiler.set_stance("force_eager"), autocast(parts.precision, next(model.parameters()).device):
         _, ent = response_logprobs(
             model, trimmed, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size
         )
