@@ -28,7 +28,7 @@ ALLOWED = {
     "rollout": set(),
     "rewards": {"infra", "models", "python_objects", "registry", "user_code", "verifiers_loading"},
     "tasks": {"atomic_files", "knowledge", "registry", "verifiers_loading"},
-    "infra": {"atomic_files", "kernels"},
+    "infra": {"atomic_files", "kernels", "user_code"},
     "evaluation": {"infra", "rewards", "rollout", "tasks", "user_code"},
     "config": {"core", "infra", "registry", "tasks"},
     "pipeline": {"batch", "config", "core", "distributed", "infra", "kernels", "models", "rewards", "rollout", "tasks"},

@@ -7,5 +7,6 @@
 * :mod:`~grove.infra.plotting`: ``grove plot``;
 * :mod:`~grove.infra.runtime`: torch threads and the ``host_allocator`` policy;
 * :mod:`~grove.infra.precision`: bf16 autocast;
-* :mod:`~grove.infra.memory_plan`: the estimate ``grove config show`` prints.
+* :mod:`~grove.infra.memory_plan`: the estimate ``grove config show`` prints;
+* :mod:`~grove.infra.reward_workers`: a reward's own worker process (``isolation: process``).
 """

@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from grove.infra.reward_workers import RewardWorker, pickled_reward
 from grove.python_objects import is_python_reference
 from grove.registry import REWARD_FUNCTIONS, ScoresSeveralObjectives, WeighsObjectives, import_callable
-from grove.rewards.reward_workers import RewardWorker, pickled_reward
 
 RewardFn = Callable[..., Sequence[float | None]]
 OnError = Literal["raise", "zero", "skip"]

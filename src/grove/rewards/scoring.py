@@ -33,7 +33,7 @@ Failures, hangs and crashes (per reward: ``on_error``, ``isolation``, ``timeout_
   ``reward_worker_restarts/<name>``); each reward's first failure is logged once, with its traceback, on the
   ``grove.rewards`` logger.
 * ``isolation: process``: the reward runs in its own long-lived worker process
-  (:mod:`grove.rewards.reward_workers`), so a segfault or ``os._exit`` kills only the worker (restarted for the
+  (:mod:`grove.infra.reward_workers`), so a segfault or ``os._exit`` kills only the worker (restarted for the
   next call), and ``timeout_s`` can cut a hanging call off (the worker is killed). A batch call that timed out
   fails as a whole (its samples are not re-run one by one: a hang would cost ``timeout_s`` per sample); a batch
   call that raised or crashed the worker is re-scored sample by sample in the worker, each call with the limit
@@ -51,6 +51,13 @@ from typing import Any
 
 import torch
 
+from grove.infra.reward_workers import (
+    RemoteRewardError,
+    RewardCallTimeout,
+    RewardWorkerDied,
+    RewardWorkerError,
+    RewardWorkerStartError,
+)
 from grove.rewards.reward_resolution import (  # noqa: F401  (re-exported: the public reward API lives here)
     OnError,
     RewardFn,
@@ -61,13 +68,6 @@ from grove.rewards.reward_resolution import (  # noqa: F401  (re-exported: the p
     resolve_reward,
     resolve_rewards,
     reward_columns,
-)
-from grove.rewards.reward_workers import (
-    RemoteRewardError,
-    RewardCallTimeout,
-    RewardWorkerDied,
-    RewardWorkerError,
-    RewardWorkerStartError,
 )
 from grove.rewards.values import RewardValueError, value_rows
 from grove.user_code import user_code

@@ -22,12 +22,13 @@ time, until the trainer exits.
   An orphaned worker would otherwise live on (and keep ``multiprocessing``'s resource tracker alive with it).
 
 Limits: starting a worker costs a Python interpreter start plus the imports of the reward's module (and, with
-``spawn``, of the trainer's main script); the inputs and the returned values are pickled across the pipe (the
+``spawn``, of the trainer's main script; this module lives outside :mod:`grove.rewards`, whose package imports
+torch, so a worker whose reward does not need torch starts without it); the inputs and the returned values are pickled across the pipe (the
 return value must be picklable: a list, a numpy array, a tensor); the worker is a daemon process, so a reward
 running in it cannot start processes of its own (``multiprocessing`` forbids children of daemons), and it is
 terminated when the trainer exits.
 
-Only the standard library and :mod:`grove.user_code` are used here (what the ``rewards`` layer may import).
+Only the standard library and :mod:`grove.user_code` are used here.
 """
 
 from __future__ import annotations
