@@ -17,6 +17,9 @@ from grove.models.tiny import create_tiny_model_dir
 from grove.resolve import load_config
 from grove.training.policy_models import build_policy_models
 
+# one worker runs these tests (make test): inductor's start-up in a process (its C++ header, its checks) is paid once
+pytestmark = pytest.mark.xdist_group("compiled_layers")
+
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
@@ -81,7 +84,8 @@ def test_compiled_layers_leave_generation_eager(tiny_model):
 def test_train_compile_changes_no_number_beyond_rounding(tiny_model, tmp_path):
     """``train.compile: true`` from the CLI: the same rewards and, to float rounding, the same losses and
     gradient norms as eager training."""
-    rows = rows_with_flag_off_and_on(tiny_model, tmp_path, "train.compile")
+    # the step's 12 samples in one micro-batch: one compiled graph (a micro-batch of one row would compile another)
+    rows = rows_with_flag_off_and_on(tiny_model, tmp_path, "train.compile", **{"train.micro_batch_size": 12})
     for eager, compiled in zip(rows[False], rows[True], strict=True):
         assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-4, abs=1e-6)
         assert compiled["grad_norm"] == pytest.approx(eager["grad_norm"], rel=1e-4)

@@ -68,12 +68,13 @@ def metric_rows(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not any(t in k for t in TIMING_KEYS)} for r in rows]
 
 
-def rows_with_flag_off_and_on(model: Path, tmp_path: Path, key: str) -> dict[bool, list[dict]]:
-    """The metric rows of two 2-step runs, ``key`` false then true: ``{flag: rows}``."""
+def rows_with_flag_off_and_on(model: Path, tmp_path: Path, key: str, **extra) -> dict[bool, list[dict]]:
+    """The metric rows of two 2-step runs, ``key`` false then true (and the settings ``extra``): ``{flag: rows}``."""
     rows = {}
     for flag in (False, True):
         out = tmp_path / f"{key}-{flag}"
-        result = run_cli(["train", "examples/arithmetic.yaml", *base_overrides(model, out, **{"train.steps": 2, key: flag})])
+        overrides = base_overrides(model, out, **{"train.steps": 2, **extra, key: flag})
+        result = run_cli(["train", "examples/arithmetic.yaml", *overrides])
         assert result.exit_code == 0, result.output
         rows[flag] = metric_rows(out)
     return rows
