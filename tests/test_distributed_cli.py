@@ -1,6 +1,7 @@
 """`torchrun --nproc-per-node 2 -m grove train ...` from the command line (gloo, CPU, tiny model): both
 strategies run, rank 0 alone writes the run's logs, errors name the rank, a stuck collective times out naming
-the rank and the phase; a 2-rank run stopped and resumed reproduces the uninterrupted one."""
+the rank and the phase; a 2-rank run stopped and resumed reproduces the uninterrupted one; an error names its
+rank."""
 
 from __future__ import annotations
 
@@ -61,9 +62,11 @@ def test_torchrun_grove_train(tiny, tmp_path, strategy):
 
 
 def test_errors_name_the_rank(tiny, tmp_path):
-    done = _torchrun(_train_args(tiny, tmp_path / "run", "ddp", **{"train.prompts_per_step": 1}))
-    assert done.returncode != 0
-    text = done.stdout + done.stderr
+    """(The ranks launched as torchrun launches them, by ``tests/forked_processes.py``.)"""
+    args = _train_args(tiny, tmp_path / "run", "ddp", **{"train.prompts_per_step": 1})
+    with pytest.raises(AssertionError) as failed:
+        run_grove_ranks(2, args[2:], logs=tmp_path / "logs", cwd=ROOT)
+    text = str(failed.value)
     assert "rank 0/2" in text and "rank 1/2" in text and "train.prompts_per_step" in text
 
 
