@@ -166,10 +166,11 @@ def _free_port() -> int:
 
 def run_ranks(
     processes: int, target: str, args: Sequence[object], *, logs: Path, env: dict[str, str] | None = None,
-    cwd: Path | None = None, timeout: float = 600,
+    cwd: Path | None = None, timeout: float = 600, grace: float = 5.0,
 ) -> None:
     """Run ``module:function(*args)`` as a world of ``processes`` ranks (one plain process for 1) and wait for all;
-    when one fails or the time is up, stop the others and fail with every rank's log (``logs/rank-N.log``)."""
+    when one fails, the others get ``grace`` seconds to end (as torchrun gives them) before they are killed, as at
+    the timeout; then fail with every rank's log (``logs/rank-N.log``)."""
     logs.mkdir(parents=True, exist_ok=True)
     base = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     if processes > 1:
@@ -179,9 +180,11 @@ def run_ranks(
     for rank in range(processes):
         rank_env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank)} if processes > 1 else base
         ranks.append(start(target, args, rank_env, cwd or Path.cwd(), logs / f"rank-{rank}.log"))
-    deadline = time.monotonic() + timeout
+    deadline, stop_at = time.monotonic() + timeout, None
     while any(r.poll() is None for r in ranks):
-        if any(r.poll() not in (None, 0) for r in ranks) or time.monotonic() > deadline:
+        if stop_at is None and any(r.poll() not in (None, 0) for r in ranks):
+            stop_at = time.monotonic() + grace  # the others may still be writing their own error
+        if time.monotonic() > min(deadline, stop_at or deadline):
             for r in ranks:
                 r.send_signal(signal.SIGKILL)
         time.sleep(0.02)
@@ -192,6 +195,7 @@ def run_ranks(
 
 
 def run_grove_ranks(processes: int, argv: Sequence[str], *, logs: Path, env: dict[str, str] | None = None,
-                    cwd: Path | None = None, timeout: float = 600) -> None:
+                    cwd: Path | None = None, timeout: float = 600, grace: float = 5.0) -> None:
     """``grove ARGV`` on ``processes`` ranks (see :func:`run_ranks`)."""
-    run_ranks(processes, "forked_processes:grove_command", list(argv), logs=logs, env=env, cwd=cwd, timeout=timeout)
+    run_ranks(processes, "forked_processes:grove_command", list(argv), logs=logs, env=env, cwd=cwd, timeout=timeout,
+              grace=grace)
