@@ -59,6 +59,11 @@ def pid(prompts, completions, **kwargs):
     return [float(os.getpid()) for _ in completions]
 
 
+def torch_loaded(prompts, completions, **kwargs):
+    """1 where the process it runs in has imported torch, else 0."""
+    return [float("torch" in sys.modules) for _ in completions]
+
+
 def raises_on_even_length(prompts, completions, **kwargs):
     """Raises on a completion of even length (a reward broken on part of the inputs), 1.0 otherwise."""
     out = []

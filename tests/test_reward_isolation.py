@@ -173,6 +173,13 @@ def test_process_isolation_scores_in_a_worker_and_recovers_a_raising_sample():
         s.worker.close()
 
 
+def test_a_worker_whose_reward_needs_no_torch_starts_without_it():
+    """The worker imports the reward's module and grove's worker loop (standard library only), not torch."""
+    spec = resolve_reward("faulty_rewards:torch_loaded", isolation="process")
+    assert score(spec, ["a", "b"]).tolist() == [0.0, 0.0]
+    spec.worker.close()
+
+
 def test_a_hanging_reward_is_cut_off_and_its_worker_restarted(caplog):
     spec = resolve_reward("faulty_rewards:hangs", isolation="process", timeout_s=2, on_error="zero")
     assert score(spec, ["warm", "up"]).tolist() == [4.0, 2.0]  # starts the worker (not timed)
