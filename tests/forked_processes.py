@@ -9,7 +9,8 @@ with the given environment, working directory and log file (stdout and stderr). 
 from the server, whose environment is set here as the ``grove`` command line sets it before any import.
 
 :func:`run_ranks` launches a world of N such processes the way ``torchrun --standalone`` does (``RANK``,
-``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), and stops the others when one fails.
+``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), and stops the others a grace period after one
+fails.
 ``tests/test_distributed_cli.py`` runs torchrun itself.
 """
 
@@ -190,7 +191,9 @@ def run_ranks(
         time.sleep(0.02)
     codes = [r.poll() for r in ranks]
     if any(codes):
-        text = "\n".join(f"--- rank {i} (exit {c}):\n{r.log.read_text()[-6000:]}" for i, (r, c) in enumerate(zip(ranks, codes, strict=True)))
+        text = "\n".join(
+            f"--- rank {i} (exit {c}):\n{r.log.read_text()[-6000:]}" for i, (r, c) in enumerate(zip(ranks, codes, strict=True))
+        )
         raise AssertionError(f"{target}{tuple(args)} on {processes} process(es) failed:\n{text}")
 
 

@@ -1,7 +1,7 @@
 """`torchrun --nproc-per-node 2 -m grove train ...` from the command line (gloo, CPU, tiny model): both
-strategies run, rank 0 alone writes the run's logs, errors name the rank, a stuck collective times out naming
-the rank and the phase; a 2-rank run stopped and resumed reproduces the uninterrupted one; an error names its
-rank."""
+strategies run, rank 0 alone writes the run's logs, a stuck collective times out naming the rank and the phase.
+With the ranks launched as torchrun launches them (``tests/forked_processes.py``): errors name the rank, and a
+2-rank run stopped and resumed reproduces the uninterrupted one."""
 
 from __future__ import annotations
 
@@ -62,7 +62,6 @@ def test_torchrun_grove_train(tiny, tmp_path, strategy):
 
 
 def test_errors_name_the_rank(tiny, tmp_path):
-    """(The ranks launched as torchrun launches them, by ``tests/forked_processes.py``.)"""
     args = _train_args(tiny, tmp_path / "run", "ddp", **{"train.prompts_per_step": 1})
     with pytest.raises(AssertionError) as failed:
         run_grove_ranks(2, args[2:], logs=tmp_path / "logs", cwd=ROOT)
@@ -78,12 +77,15 @@ def test_a_stuck_collective_times_out_naming_rank_and_phase():
 
 def test_a_resumed_two_rank_run_reproduces_the_uninterrupted_one(tiny, tmp_path):
     """Real sampling on 2 ranks: each rank's rollout stream (and RNG states) is checkpointed, so stopping after
-    step 2 and resuming gives exactly the metrics of the run that went straight to step 3 (the ranks launched as
-    torchrun launches them, by ``tests/forked_processes.py``)."""
+    step 2 and resuming gives exactly the metrics of the run that went straight to step 3."""
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     extra = {"train.steps": 3, "rollout.temperature": 1.0}
-    for args in (_train_args(tiny, straight, "fsdp2", **extra), _train_args(tiny, resumed, "fsdp2", **{**extra, "train.steps": 2}),
-                 [*_train_args(tiny, resumed, "fsdp2", **extra), "--resume", str(resumed)]):
+    runs = (
+        _train_args(tiny, straight, "fsdp2", **extra),
+        _train_args(tiny, resumed, "fsdp2", **{**extra, "train.steps": 2}),
+        [*_train_args(tiny, resumed, "fsdp2", **extra), "--resume", str(resumed)],
+    )
+    for args in runs:
         run_grove_ranks(2, args[2:], logs=tmp_path / "logs", cwd=ROOT)
     timing = ("seconds", "per_second")
     a = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]

@@ -23,8 +23,9 @@ time, until the trainer exits.
 
 Limits: starting a worker costs a Python interpreter start plus the imports of the reward's module (and, with
 ``spawn``, of the trainer's main script; this module lives outside :mod:`grove.rewards`, whose package imports
-torch, so a worker whose reward does not need torch starts without it); the inputs and the returned values are pickled across the pipe (the
-return value must be picklable: a list, a numpy array, a tensor); the worker is a daemon process, so a reward
+torch, so a worker whose reward does not need torch starts without it); the inputs and the returned values are
+pickled across the pipe (the return value must be picklable: a list, a numpy array, a tensor); the worker is a
+daemon process, so a reward
 running in it cannot start processes of its own (``multiprocessing`` forbids children of daemons), and it is
 terminated when the trainer exits.
 
