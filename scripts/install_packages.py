@@ -61,7 +61,7 @@ def uv_arguments(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         env["SSL_CERT_FILE"] = settings["cert"]
     if settings.get("default-timeout"):
         env["UV_HTTP_TIMEOUT"] = settings["default-timeout"]
-    return [*flags, "--no-cache"], env
+    return [*flags, "--no-cache", "--compile-bytecode"], env
 
 
 def main(args: list[str]) -> int:
@@ -73,7 +73,7 @@ def main(args: list[str]) -> int:
             return 0
         print(f"uv could not install {shlex.join(args)}; installing with pip instead", file=sys.stderr)
     command = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-cache-dir"]
-    return subprocess.run([*command, "--no-compile", *args], check=False).returncode
+    return subprocess.run([*command, *args], check=False).returncode
 
 
 if __name__ == "__main__":
