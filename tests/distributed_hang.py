@@ -1,5 +1,5 @@
 """Rank 1 never joins rank 0's collective: rank 0 must fail within the timeout, naming its rank and the phase
-(run by tests/test_distributed_cli.py under torchrun)."""
+(run by tests/test_distributed_cli.py on 2 ranks)."""
 
 import time
 
