@@ -33,14 +33,20 @@ _MEASURE = (
 )
 
 
-def run_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
+def variant_command(name: str, args: argparse.Namespace, out: Path) -> list[str]:
+    """The command line of one variant: ``grove train`` or ``torchrun --nproc-per-node=2 -m grove train``."""
     launcher = [sys.executable, "-m", "grove"] if name == "one process" else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "grove"]
     threads = args.threads if name == "one process" else args.rank_threads
-    cmd = [*launcher, "train", args.config, *VARIANTS[name], "--set", f"output_dir={out}",
-           "--set", f"train.steps={args.steps}", "--set", "eval.before_training=false",
-           "--set", f"eval.max_examples={args.eval_examples}", "--set", "logging.progress=false",
-           "--set", f"threads={threads}", *[a for kv in args.overrides for a in ("--set", kv)]]
+    return [*launcher, "train", args.config, *VARIANTS[name], "--set", f"output_dir={out}",
+            "--set", f"train.steps={args.steps}", "--set", "eval.before_training=false",
+            "--set", f"eval.max_examples={args.eval_examples}", "--set", "logging.progress=false",
+            "--set", f"threads={threads}", *[a for kv in args.overrides for a in ("--set", kv)]]
+
+
+def run_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
+    threads = args.threads if name == "one process" else args.rank_threads
+    cmd = variant_command(name, args, out)
     done = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, text=True)
     rc, wall, maxrss_kb = done.stdout.strip().splitlines()[-1].split()
     if rc != "0":
@@ -58,7 +64,7 @@ def run_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
     }
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config")
     parser.add_argument("--out", type=Path, required=True)
@@ -68,7 +74,11 @@ def main() -> None:
     parser.add_argument("--eval-examples", type=int, default=8)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     rows = []
     for name in args.variants:
         out = args.out / name.replace(" ", "").replace("×", "x")

@@ -242,27 +242,35 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
 
 
 def test_data_parallel_benchmark_runs_and_tabulates_its_variants_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
-    """benchmarks/data_parallel.py launches one process and 2 FSDP2 ranks (``--variants``; the DDP variant differs
-    only by its strategy) and tabulates them."""
+    """benchmarks/data_parallel.py runs the one-process variant (``--variants``) and tabulates it; each 2-rank
+    variant is the same command under torchrun with its strategy and the per-rank thread count (torchrun's own
+    2-rank training is tested in tests/test_distributed_cli.py)."""
     import os
 
     from grove.models.tiny import create_tiny_model_dir
 
     model = create_tiny_model_dir(tmp_path / "tiny")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BENCHMARKS.parent / "src"), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setattr(sys, "argv", [
-        "data_parallel.py", "examples/arithmetic.yaml", "--out", str(tmp_path / "out"), "--steps", "2",
-        "--threads", "1", "--eval-examples", "2",
-        "--set", f"model.name={model}", "--set", "task={id: arithmetic, train_size: 16, eval_size: 2}",
+    argv = [
+        "examples/arithmetic.yaml", "--out", str(tmp_path / "out"), "--steps", "2", "--threads", "1",
+        "--eval-examples", "2", "--set", f"model.name={model}", "--set", "task={id: arithmetic, train_size: 16, eval_size: 2}",
         "--set", "rollout.max_new_tokens=4", "--set", "train.prompts_per_step=2",
-        "--set", "train.completions_per_prompt=2", "--variants", "one process", "fsdp2 × 2",
-    ])
+        "--set", "train.completions_per_prompt=2", "--variants", "one process",
+    ]
+    monkeypatch.setattr(sys, "argv", ["data_parallel.py", *argv])
     monkeypatch.chdir(BENCHMARKS.parent)
     runpy.run_path(str(BENCHMARKS / "data_parallel.py"), run_name="__main__")
     out = capsys.readouterr().out
-    for variant in ("one process", "fsdp2 × 2"):
-        assert f"| {variant} |" in out
-    assert "| ddp × 2 |" not in out
+    assert "| one process | 1 |" in out and "| 1.00 |" in out and "| ddp × 2 |" not in out
+    script = runpy.run_path(str(BENCHMARKS / "data_parallel.py"))
+    args = script["parse_args"]([*argv, "--rank-threads", "3"])
+    one = script["variant_command"]("one process", args, tmp_path / "one")
+    for variant, strategy in (("ddp × 2", "ddp"), ("fsdp2 × 2", "fsdp2")):
+        ranks = script["variant_command"](variant, args, tmp_path / "one")
+        assert ranks[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m"]
+        assert ranks[6:9] == one[2:5] == ["grove", "train", "examples/arithmetic.yaml"]
+        assert ranks[9:11] == ["--set", f"distributed.strategy={strategy}"] and "threads=3" in ranks
+        assert ranks[11:] == [a if a != "threads=1" else "threads=3" for a in one[5:]]
 
 
 def test_step_memory_benchmark_prints_each_phase_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
