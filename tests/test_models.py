@@ -156,3 +156,27 @@ def test_embedded_smollm2_loads_and_cache_is_reused(monkeypatch: pytest.MonkeyPa
     model2, _ = load_policy("smollm2-135m")
     assert time.perf_counter() - start < 15.0
     assert torch.equal(model.lm_head.weight, model2.lm_head.weight)
+
+
+def test_a_gguf_file_is_parsed_once_inside_gguf_parsed_once(tmp_path: Path) -> None:
+    import gguf
+
+    from grove.models.gguf_loading import gguf_parsed_once
+
+    path = tmp_path / "small.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", torch.arange(12, dtype=torch.float32).reshape(3, 4).numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    original = gguf.GGUFReader
+    with gguf_parsed_once():
+        first = gguf.GGUFReader(str(path))
+        assert gguf.GGUFReader(str(path)) is first and first.fields["llama.block_count"].contents() == 2
+        assert first.tensors[0].data.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+        name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is name_map
+        assert name_map.get_name("model.layers.1.self_attn.q_proj") == "blk.1.attn_q"
+    assert gguf.GGUFReader is original and gguf.GGUFReader(str(path)) is not gguf.GGUFReader(str(path))

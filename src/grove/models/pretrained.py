@@ -33,6 +33,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from grove.models.gguf_loading import gguf_parsed_once
 from grove.models.model_files import ADAPTER_CONFIG_FILE, quiet_peft, reading_model_files, work_offline
 
 __all__ = [
@@ -134,10 +135,11 @@ def _convert_embedded(spec: EmbeddedModel, target: Path) -> None:
     work_offline()
     target.parent.mkdir(parents=True, exist_ok=True)
     _cleanup_stale_tmp(target.parent, spec.cache_name)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(
-        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32, local_files_only=True
-    )
+    with gguf_parsed_once():
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32, local_files_only=True
+        )
     # A GGUF-loaded model refuses save_pretrained: rebuild a plain one from a clean config.
     config_dict = gguf_model.config.to_dict()
     for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
