@@ -141,7 +141,7 @@ def test_interrupted_conversion_leaves_no_cache(
 
 @pytest.mark.slow
 def test_embedded_smollm2_loads_and_cache_is_reused(monkeypatch: pytest.MonkeyPatch) -> None:
-    model, tok = load_policy("smollm2-135m")  # converts on first use (~20 s), then reads the cache
+    model, tok = load_policy("smollm2-135m")  # converts on first use (~10 s), then reads the cache
     target = resolve_model_path("smollm2-135m")
     assert (target / "model.safetensors").is_file()
     assert model.config.num_hidden_layers == 30 and len(tok) == model.config.vocab_size
