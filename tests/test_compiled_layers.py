@@ -51,6 +51,7 @@ def _logprobs_and_grads(model: nn.Module, tensors) -> tuple[torch.Tensor, dict[s
 
 def test_compiled_layers_equal_eager_values_and_gradients(tiny_model):
     model, _ = load_policy(str(tiny_model))
+    model.train()  # as the trainer has it (dropout 0): the CLI test below reuses these compiled graphs
     tensors = _tensors(model.config.vocab_size)
     eager_lp, eager_grads = _logprobs_and_grads(model, tensors)
     assert compile_decoder_layers(model) == model.config.num_hidden_layers

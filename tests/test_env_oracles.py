@@ -395,6 +395,7 @@ def knowledge_cache(request):
     mp.undo()
 
 
+@pytest.mark.xdist_group("hpo_ontology")  # the example's medical knowledge base loads the ontology on a fresh cache
 def test_kb_routing_example_questions_follow_the_gold_route(knowledge_cache):
     params, max_turns = example_env("kb_routing_step_grpo")
     suite = build_environment("kb_routing", {**params, "max_train_questions": TASKS})

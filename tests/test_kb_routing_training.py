@@ -11,6 +11,9 @@ import pytest
 from tests.test_train_e2e import metric_rows, run_cli
 
 QUIZ = Path("/usr/share/games/bsdgames/quiz")
+# the example routes to the medical knowledge base, built from the Human Phenotype Ontology on a fresh cache: with
+# the other tests that load the ontology, one load per worker (make test)
+pytestmark = pytest.mark.xdist_group("hpo_ontology")
 
 
 @pytest.fixture(scope="module")
