@@ -10,7 +10,8 @@ and unpacking), but it does not read pip's configuration: the index, extra index
 constraint files, certificate and timeout that ``pip config list`` reports (from pip.conf files and ``PIP_*``
 variables) are passed to uv as flags and variables, so both see the same packages. All indexes count alike
 (``--index-strategy unsafe-best-match``, pip's behaviour), and no cache is kept (a wheel is not stored twice on a
-small disk). torch is installed by pip before this script runs (its local CPU build, which only pip's configuration
+small disk) and no bytecode is compiled (the Makefile compiles every installed package at the end, in parallel).
+torch is installed by pip before this script runs (its local CPU build, which only pip's configuration
 names), so nothing here can pull another torch build.
 """
 
@@ -61,7 +62,7 @@ def uv_arguments(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         env["SSL_CERT_FILE"] = settings["cert"]
     if settings.get("default-timeout"):
         env["UV_HTTP_TIMEOUT"] = settings["default-timeout"]
-    return [*flags, "--no-cache", "--compile-bytecode"], env
+    return [*flags, "--no-cache"], env
 
 
 def main(args: list[str]) -> int:
@@ -73,7 +74,7 @@ def main(args: list[str]) -> int:
             return 0
         print(f"uv could not install {shlex.join(args)}; installing with pip instead", file=sys.stderr)
     command = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-cache-dir"]
-    return subprocess.run([*command, *args], check=False).returncode
+    return subprocess.run([*command, "--no-compile", *args], check=False).returncode
 
 
 if __name__ == "__main__":
