@@ -45,7 +45,7 @@ def overrides(model: Path, out: Path, **extra) -> list[str]:
         "train.prompts_per_step": 2,
         "train.completions_per_prompt": 2,
         "train.micro_batch_size": 4,
-        "logging.progress": False,
+        "logging.progress": False, "logging.plots": False,
         "logging.tensorboard": False,
     }
     values.update(extra)

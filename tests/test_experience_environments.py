@@ -35,6 +35,7 @@ ENV_BASE = {
     "checkpoint.every": 2,
     "eval.max_examples": 3,
     "logging.progress": False,
+    "logging.plots": False,  # drawn by the end-to-end test, which looks at them
     "logging.tensorboard": False,
     "algorithm.advantage": "{id: gigpo, gamma: 0.9}",
 }
@@ -62,7 +63,7 @@ def tiny_model(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("prompt", ["per_step", "conversation"])
 def test_agent_training_end_to_end(tiny_model, tmp_path, prompt):
     out = tmp_path / "run"
-    result = run_cli(["train", *env_args(tiny_model, out, **{"env.prompt": prompt})])
+    result = run_cli(["train", *env_args(tiny_model, out, **{"env.prompt": prompt, "logging.plots": True})])
     assert result.exit_code == 0, result.output
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]

@@ -343,7 +343,7 @@ COMMON = {
     "threads": 1, "rollout.max_new_tokens": 6, "rollout.temperature": 1.0, "train.steps": 2,
     "train.prompts_per_step": 2, "train.completions_per_prompt": 3, "train.micro_batch_size": 6,
     "train.precision": "fp32", "optim.lr": 1e-3, "optim.warmup_steps": 0, "checkpoint.every": 2,
-    "eval.max_examples": 2, "eval.before_training": False, "logging.progress": False, "logging.tensorboard": False,
+    "eval.max_examples": 2, "eval.before_training": False, "logging.progress": False, "logging.plots": False, "logging.tensorboard": False,
 }
 
 

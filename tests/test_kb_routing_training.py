@@ -54,7 +54,7 @@ def overrides(model: Path, out: Path, **extra) -> list[str]:
         "env.params.max_eval_questions": 4,
         "env.max_context_tokens": 4096,
         "checkpoint.every": 2,
-        "logging.progress": False,
+        "logging.progress": False, "logging.plots": False,
         "logging.tensorboard": False,
         **extra,
     }

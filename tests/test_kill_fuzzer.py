@@ -48,7 +48,7 @@ def _train(model: Path, out: Path, *, resume: bool = False, point: KillPoint | N
         "model.name": model, "output_dir": out, "threads": 1, "task": "{id: arithmetic, train_size: 16, eval_size: 3}",
         "rollout.max_new_tokens": 5, "train.steps": STEPS, "train.prompts_per_step": 2,
         "train.completions_per_prompt": 3, "train.micro_batch_size": 3, "optim.lr": 1e-2, "checkpoint.every": 1,
-        "checkpoint.keep_last": 2, "logging.progress": False, "eval.max_examples": 3, "eval.every": 2,
+        "checkpoint.keep_last": 2, "logging.progress": False, "logging.plots": False, "eval.max_examples": 3, "eval.every": 2,
         "checkpoint.format": fmt,
     }
     args = ["train", "examples/arithmetic.yaml"]

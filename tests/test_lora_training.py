@@ -22,7 +22,7 @@ def _overrides(model: Path, out: Path, steps: int) -> list[str]:
         f"model.name={model}", f"output_dir={out}", "threads=1", "task={id: arithmetic, train_size: 8, eval_size: 2}",
         "rollout.max_new_tokens=6", f"train.steps={steps}", "train.prompts_per_step=2",
         "train.completions_per_prompt=4", "train.micro_batch_size=4", "optim.lr=5e-2", "checkpoint.every=1",
-        "logging.progress=false", "logging.tensorboard=false", "eval.before_training=false", "eval.max_examples=2",
+        "logging.progress=false", "logging.plots=false", "logging.tensorboard=false", "eval.before_training=false", "eval.max_examples=2",
         "rewards=[{id: 'user_rewards:char_count'}]",
         "model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj, up_proj]}",
         "algorithm={advantage: {id: grpo}, kl: {coef: 0.1, estimator: k3}}",

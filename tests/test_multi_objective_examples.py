@@ -41,7 +41,7 @@ def test_multi_objective_examples_train_on_a_tiny_model(name, task_overrides, tm
     out = tmp_path / "run"
     overrides = [f"model.name={model}", "model.init_from=null", f"output_dir={out}", "threads=1", "rollout.max_new_tokens=8",
                  "train.steps=1", "train.prompts_per_step=2", "train.completions_per_prompt=2", "train.precision=fp32",
-                 "eval.max_examples=4", "logging.progress=false", "logging.tensorboard=false", *task_overrides]
+                 "eval.max_examples=4", "logging.progress=false", "logging.plots=false", "logging.tensorboard=false", *task_overrides]
     args = ["train", f"examples/{name}.yaml"]
     for o in overrides:
         args += ["--set", o]

@@ -64,7 +64,7 @@ def test_trainer_logs_the_warning(monkeypatch, tmp_path, caplog):
     path = create_tiny_model_dir(tmp_path / "m")
     cfg = load_config("examples/arithmetic.yaml", [
         f"model.name={path}", f"output_dir={tmp_path / 'run'}", "threads=1", "task.train_size=8", "task.eval_size=4",
-        "train.precision=bf16", "distributed.device=cpu", "logging.progress=false", "logging.tensorboard=false",
+        "train.precision=bf16", "distributed.device=cpu", "logging.progress=false", "logging.plots=false", "logging.tensorboard=false",
     ])
     with caplog.at_level(logging.WARNING, logger="grove.training.trainer"):
         Trainer(cfg, tmp_path / "run")

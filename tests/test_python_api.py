@@ -40,7 +40,7 @@ def small(model: Path, out: Path, **extra) -> dict:
         "threads": 1,
         "rollout": {"max_new_tokens": 4},
         "train": {"steps": 1, "prompts_per_step": 2, "completions_per_prompt": 2, "micro_batch_size": 4},
-        "logging": {"progress": False, "tensorboard": False},
+        "logging": {"progress": False, "tensorboard": False, "plots": False},  # drawn where a test looks at them
     }
     for key, value in extra.items():
         sections[key] = {**sections[key], **value} if isinstance(value, dict) and key in sections else value
@@ -146,7 +146,7 @@ def test_train_with_a_python_reward_on_a_datasets_dataset(tmp_path, tiny_model):
 
     run = grove.train(
         rewards=[reward], train_dataset=datasets.Dataset.from_list(ROWS), eval_dataset=ROWS[:4],
-        **small(tiny_model, tmp_path / "run", train={"steps": 2}),
+        **small(tiny_model, tmp_path / "run", train={"steps": 2}), plots=True,
     )
     assert isinstance(run, grove.Run) and run.stopped_by is None
     assert [m["step"] for m in run.metrics] == [1, 2]
@@ -273,6 +273,7 @@ def test_an_environment_factory_written_in_python(tmp_path, tiny_model):
 
 def test_evaluate_a_run_its_model_and_in_memory_rows(tmp_path, tiny_model):
     run = grove.train(rewards=[ends_with_answer], train_dataset=ROWS, **small(tiny_model, tmp_path / "run"))
+    assert not (run.run_dir / "plots").exists()  # plots=None: as logging.plots says
     result = grove.evaluate(run, rewards=[ends_with_answer], max_examples=2)
     assert result.report.total == 2
     rows = [{"prompt": "Say 7.", "answer": "7"}] * 3

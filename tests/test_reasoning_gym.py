@@ -132,7 +132,7 @@ def test_grpo_run_and_eval_through_the_cli(tmp_path):
                 "eval_size: 3}",
         "rewards": "[{id: reasoning_gym, extract: last_number}]", "rollout.max_new_tokens": 4, "train.steps": 2,
         "train.prompts_per_step": 2, "train.completions_per_prompt": 2, "train.micro_batch_size": 4,
-        "checkpoint.every": 2, "logging.progress": False, "logging.tensorboard": False,
+        "checkpoint.every": 2, "logging.progress": False, "logging.plots": False, "logging.tensorboard": False,
         "eval.before_training": False, "eval.max_examples": 3,
     }
     args = [a for k, v in settings.items() for a in ("--set", f"{k}={v}")]

@@ -35,7 +35,7 @@ def _cfg(model: Path, out: Path, steps: int, **extra):
         "model.name": model, "output_dir": out, "threads": 1, "task": "{id: arithmetic, train_size: 16, eval_size: 2}",
         "rewards": "[{id: 'user_rewards:char_count'}]", "rollout.max_new_tokens": 5, "train.steps": steps,
         "train.prompts_per_step": 2, "train.completions_per_prompt": 3, "train.micro_batch_size": 3,
-        "optim.lr": 1e-2, "checkpoint.every": 1, "checkpoint.keep_last": 5, "logging.progress": False,
+        "optim.lr": 1e-2, "checkpoint.every": 1, "checkpoint.keep_last": 5, "logging.progress": False, "logging.plots": False,
         "logging.tensorboard": False, "eval.before_training": False, "eval.max_examples": 2, **extra,
     }
     return load_config(None, [f"{k}={v}" for k, v in values.items()])
@@ -291,7 +291,7 @@ def test_grove_train_stops_on_sigterm_and_says_how_to_resume(tiny, tmp_path):
     for key, value in {
         "model.name": tiny, "output_dir": out, "threads": 1, "task": "{id: arithmetic, train_size: 16, eval_size: 2}",
         "rollout.max_new_tokens": 5, "train.steps": 500, "train.prompts_per_step": 2,
-        "train.completions_per_prompt": 2, "checkpoint.every": 1000, "logging.progress": False,
+        "train.completions_per_prompt": 2, "checkpoint.every": 1000, "logging.progress": False, "logging.plots": False,
         "logging.tensorboard": False, "eval.before_training": False,
     }.items():
         args += ["--set", f"{key}={value}"]
@@ -321,7 +321,7 @@ def test_grove_train_reports_a_full_disk_as_an_error(tiny, tmp_path, monkeypatch
     args = ["train", "examples/arithmetic.yaml", "--set", f"model.name={tiny}", "--set", f"output_dir={out}",
             "--set", "task={id: arithmetic, train_size: 8, eval_size: 2}", "--set", "train.steps=3",
             "--set", "train.prompts_per_step=2", "--set", "train.completions_per_prompt=2",
-            "--set", "rollout.max_new_tokens=4", "--set", "checkpoint.every=1", "--set", "logging.progress=false",
+            "--set", "rollout.max_new_tokens=4", "--set", "checkpoint.every=1", "--set", "logging.progress=false", "--set", "logging.plots=false",
             "--set", "eval.before_training=false", "--set", "threads=1"]
     result = CliRunner().invoke(app, args)
     text = " ".join(result.output.split())

@@ -47,7 +47,7 @@ def reward_model(tmp_path_factory) -> tuple[Path, Path]:
     settings = {
         "model.name": tiny, "output_dir": root / "rm", "threads": 1, "rm.data": f"[{data}]", "rm.objective": "regression",
         "rm.heads": "[good, long]", "rm.eval_fraction": 0.25, "rm.steps": 3, "rm.batch_size": 8, "optim.lr": 3e-3,
-        "logging.progress": False, "logging.tensorboard": False,
+        "logging.progress": False, "logging.plots": False, "logging.tensorboard": False,
     }
     cfg = load_config(None, [f"{k}={v}" for k, v in settings.items()])
     Trainer(cfg, root / "rm", kind="rm").run()

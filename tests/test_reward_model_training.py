@@ -81,7 +81,7 @@ def _settings(tiny: Path, data: Path, out: Path, steps: int = 4, **extra) -> lis
     values = {
         "model.name": tiny, "output_dir": out, "threads": 1, "rm.data": f"[{data}]", "rm.eval_fraction": 0.25,
         "rm.steps": steps, "rm.batch_size": 8, "train.micro_batch_size": 3, "optim.lr": 3e-3, "checkpoint.every": 1,
-        "checkpoint.keep_last": 10, "logging.progress": False, "logging.tensorboard": False, **extra,
+        "checkpoint.keep_last": 10, "logging.progress": False, "logging.plots": False, "logging.tensorboard": False, **extra,
     }
     return [f"{k}={v}" for k, v in values.items()]
 

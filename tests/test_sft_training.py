@@ -61,7 +61,7 @@ def _settings(tiny: Path, data: Path, out: Path, steps: int = 4, **extra) -> lis
     values = {
         "model.name": tiny, "output_dir": out, "threads": 1, "sft.data": f"[{data}]", "sft.eval_fraction": 0.0,
         "sft.steps": steps, "sft.batch_size": 6, "train.micro_batch_size": 4, "optim.lr": 3e-3, "checkpoint.every": 1,
-        "checkpoint.keep_last": 10, "logging.progress": False, "logging.tensorboard": False, **extra,
+        "checkpoint.keep_last": 10, "logging.progress": False, "logging.plots": False, "logging.tensorboard": False, **extra,
     }
     return [f"{k}={v}" for k, v in values.items()]
 

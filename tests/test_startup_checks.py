@@ -38,7 +38,7 @@ def _args(model: Path, out: Path, *sets: str) -> list[str]:
     base = {
         "model.name": str(model), "output_dir": str(out), "threads": 1,
         "task": "{id: arithmetic, train_size: 8, eval_size: 2}", "rollout.max_new_tokens": 4, "train.steps": 1,
-        "train.prompts_per_step": 2, "train.completions_per_prompt": 2, "logging.progress": False,
+        "train.prompts_per_step": 2, "train.completions_per_prompt": 2, "logging.progress": False, "logging.plots": False,
         "logging.tensorboard": False, "eval.before_training": False,
     }
     args = [a for k, v in base.items() for a in ("--set", f"{k}={v}")]

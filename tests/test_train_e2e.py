@@ -47,6 +47,7 @@ def base_overrides(model: Path, out: Path, **extra) -> list[str]:
         "checkpoint.keep_last": 3,
         "logging.progress": False,
         "logging.tensorboard": True,
+        "logging.plots": False,  # drawn by the tests that look at them
         # the tiny random model's rewards are all 0, so every advantage is 0; these tests check what the update
         # computes, so it computes every sample (the default leaves them out: tests/test_zero_advantage_skip.py)
         "train.skip_zero_advantage": False,
@@ -82,8 +83,9 @@ def rows_with_flag_off_and_on(model: Path, tmp_path: Path, key: str, **extra) ->
 
 def test_train_end_to_end(tiny_model, tmp_path):
     out = tmp_path / "run"
-    result = run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, out)])
+    result = run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, out, **{"logging.plots": True})])
     assert result.exit_code == 0, result.output
+    assert f"plots: {out / 'plots' / 'training.png'}" in " ".join(result.output.split())
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert all(r["zero_advantage_samples_skipped"] == 0 and r["trained_tokens"] > 0 for r in rows)
@@ -179,6 +181,14 @@ def test_resume_reproduces_uninterrupted_run(tiny_model, tmp_path, monkeypatch, 
         assert {k: v for k, v in resumed_eval[when].items() if k not in drop} == {
             k: v for k, v in full_eval[when].items() if k not in drop
         }
+
+
+def test_plots_off_draws_none_and_says_how_to_draw_them(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    result = run_cli(["train", "examples/arithmetic.yaml", *base_overrides(tiny_model, out, **{"train.steps": 1})])
+    assert result.exit_code == 0, result.output
+    assert not (out / "plots").exists() and f"(plots: grove plot {out})" in " ".join(result.output.split())
+    assert run_cli(["plot", str(out)]).exit_code == 0 and (out / "plots" / "training.png").stat().st_size > 0
 
 
 def test_kill_9_mid_run_then_resume(tiny_model, tmp_path):

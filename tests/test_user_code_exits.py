@@ -44,7 +44,7 @@ def _args(model: Path, out: Path, **extra) -> list[str]:
         "model.name": model, "output_dir": out, "threads": 1, "task": "{id: arithmetic, train_size: 16, eval_size: 2}",
         "rewards": "[{id: 'user_rewards:char_count'}]", "rollout.max_new_tokens": 4, "train.steps": 4,
         "train.prompts_per_step": 2, "train.completions_per_prompt": 2, "checkpoint.every": 1,
-        "logging.progress": False, "logging.tensorboard": False, "eval.before_training": False,
+        "logging.progress": False, "logging.plots": False, "logging.tensorboard": False, "eval.before_training": False,
         "eval.max_examples": 2, **extra,
     }
     return ["train", "examples/arithmetic.yaml", *(a for k, v in values.items() for a in ("--set", f"{k}={v}"))]

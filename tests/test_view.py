@@ -146,7 +146,7 @@ def agent_run(tiny_model, tmp_path_factory) -> Path:
         "env": "{id: 'tests.agent_envs:corridor', params: {length: 3}, max_turns: 4, action_parser: {id: raw}}",
         "rollout.max_new_tokens": 4, "rollout.temperature": 1.0, "train.steps": 4, "train.prompts_per_step": 2,
         "train.completions_per_prompt": 3, "train.micro_batch_size": 4, "optim.lr": 1e-3, "checkpoint.every": 10,
-        "eval.max_examples": 3, "eval.every": 2, "logging.progress": False, "logging.tensorboard": False, "logging.samples_per_step": 6,
+        "eval.max_examples": 3, "eval.every": 2, "logging.progress": False, "logging.plots": False, "logging.tensorboard": False, "logging.samples_per_step": 6,
         "algorithm.advantage": "{id: gigpo, gamma: 0.9}",
     }
     Trainer(load_config(None, [f"{k}={v}" for k, v in overrides.items()]), out).run()

@@ -26,7 +26,7 @@ def settings(model: Path, out: Path, steps: int, **extra) -> dict[str, object]:
         "model.name": model, "output_dir": out, "threads": 1, "task": "{id: arithmetic, train_size: 16, eval_size: 2}",
         "rewards": "[{id: 'user_rewards:char_count'}]", "rollout.max_new_tokens": 5, "train.steps": steps,
         "train.prompts_per_step": 2, "train.completions_per_prompt": 3, "train.micro_batch_size": 3,
-        "optim.lr": 1e-2, "checkpoint.every": 1, "checkpoint.keep_last": 5, "logging.progress": False,
+        "optim.lr": 1e-2, "checkpoint.every": 1, "checkpoint.keep_last": 5, "logging.progress": False, "logging.plots": False,
         "logging.tensorboard": False, "eval.before_training": False, "eval.max_examples": 2, **extra,
     }
 

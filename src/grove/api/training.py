@@ -44,7 +44,7 @@ def train(
     overrides: Sequence[str] | None = None,
     resume: bool = False,
     kind: Literal["train", "sft", "rm"] = "train",
-    plots: bool = True,
+    plots: bool | None = None,
     **sections: Any,
 ) -> Run:
     """Train a policy and return its :class:`~grove.api.run_results.Run`.
@@ -58,7 +58,7 @@ def train(
         kind: ``"train"`` (reinforcement learning, ``grove train``), ``"sft"`` (supervised fine-tuning on the
             config's ``sft`` section, ``grove sft``) or ``"rm"`` (a reward model from the config's ``rm`` section,
             ``grove rm``).
-        plots: draw ``plots/*.png`` at the end.
+        plots: draw ``plots/*.png`` at the end; ``None``: as the config's ``logging.plots`` says (true unless set).
 
     Returns:
         The run (its ``summary``, ``metrics``, ``evaluations``, ``samples()``, ``model_dir``); ``run.stopped_by``
@@ -96,7 +96,7 @@ def train(
         )
         return Run(run_dir, summary.stopped_by)
     run = Run(run_dir)
-    if plots:
+    if cfg.logging.plots if plots is None else plots:
         from grove.infra.write_failures import RunWriteError
 
         try:

@@ -131,15 +131,16 @@ def _run_training(command: str, config: Path, set_: list[str] | None, resume: Pa
     if world.is_main:
         from grove.infra.plotting import plot_run
 
+        plots: list[Path] | None = None  # None: not drawn (logging.plots: false)
         try:
-            plots = plot_run(summary.run_dir)
+            plots = plot_run(summary.run_dir) if cfg.logging.plots else None
         except RunWriteError as exc:  # every step ran and is saved: the run is finished, without its pictures
             err.print(f"[yellow]warning:[/yellow] {escape(str(exc))}", highlight=False)
             plots = []
         _print_summary(summary.run_dir, plots)
 
 
-def _print_summary(run_dir: Path, plots: list[Path]) -> None:
+def _print_summary(run_dir: Path, plots: list[Path] | None) -> None:
     import json
 
     data = json.loads((run_dir / "summary.json").read_text())
@@ -174,6 +175,9 @@ def _print_summary(run_dir: Path, plots: list[Path]) -> None:
                       f"rewards: [{{id: sequence_classifier, model: {data['model']}}}])", markup=False)
     elif data.get("model"):
         console.print(f"model: {data['model']}  (start RL from it with --set model.init_from={run_dir})")
+    if plots is None:
+        console.print(f"run directory: {run_dir}  (plots: grove plot {run_dir})")
+        return
     shown = ", ".join(str(p) for p in plots) or "none written"
     console.print(f"run directory: {run_dir}  (plots: {shown})")
 

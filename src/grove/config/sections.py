@@ -354,6 +354,12 @@ class LoggingConfig(Section):
     tensorboard: bool = Field(True, description="Write TensorBoard event files to RUN_DIR/tensorboard.")
     samples_per_step: int = Field(4, ge=0, description="Completions written to samples.jsonl per step.")
     progress: bool = Field(True, description="Show the rich progress bar.")
+    plots: bool = Field(
+        True,
+        description="Draw RUN_DIR/plots/*.png (training curves, held-out accuracy, one panel per objective) when "
+        "grove train, sft or rm finishes; false leaves them to grove plot RUN_DIR or grove view (sweeps of many "
+        "runs: about half a second each).",
+    )
     token_details: TokenDetailsConfig = Field(
         default_factory=TokenDetailsConfig,
         description="Per-token details of training samples in RUN_DIR/token_details.jsonl ({every, max_samples}).",
