@@ -198,7 +198,7 @@ def test_environment_evaluation_plays_sampled_episodes_per_held_out_task(tiny_mo
 
 def test_sampled_evaluation_from_the_cli_and_in_a_training_run(tiny_model, tmp_path):
     out = tmp_path / "run"
-    result = run_cli(["train", *env_args(tiny_model, out, **{"eval.samples": 2, "train.steps": 2})])
+    result = run_cli(["train", *env_args(tiny_model, out, **{"eval.samples": 2, "train.steps": 2, "logging.plots": True})])
     assert result.exit_code == 0, result.output
     evals = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evals] == [0, 2]
