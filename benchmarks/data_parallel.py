@@ -33,11 +33,16 @@ _MEASURE = (
 )
 
 
+def variant_threads(name: str, args: argparse.Namespace) -> int:
+    """Torch threads of each process of one variant."""
+    return args.threads if name == "one process" else args.rank_threads
+
+
 def variant_command(name: str, args: argparse.Namespace, out: Path) -> list[str]:
     """The command line of one variant: ``grove train`` or ``torchrun --nproc-per-node=2 -m grove train``."""
     launcher = [sys.executable, "-m", "grove"] if name == "one process" else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "grove"]
-    threads = args.threads if name == "one process" else args.rank_threads
+    threads = variant_threads(name, args)
     return [*launcher, "train", args.config, *VARIANTS[name], "--set", f"output_dir={out}",
             "--set", f"train.steps={args.steps}", "--set", "eval.before_training=false",
             "--set", f"eval.max_examples={args.eval_examples}", "--set", "logging.progress=false",
@@ -45,7 +50,7 @@ def variant_command(name: str, args: argparse.Namespace, out: Path) -> list[str]
 
 
 def run_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
-    threads = args.threads if name == "one process" else args.rank_threads
+    threads = variant_threads(name, args)
     cmd = variant_command(name, args, out)
     done = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, text=True)
     rc, wall, maxrss_kb = done.stdout.strip().splitlines()[-1].split()

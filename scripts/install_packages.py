@@ -9,9 +9,9 @@ requirement specifiers). uv installs the same pinned versions several times fast
 and unpacking), but it does not read pip's configuration: the index, extra indexes, find-links folders,
 constraint files, certificate and timeout that ``pip config list`` reports (from pip.conf files and ``PIP_*``
 variables) are passed to uv as flags and variables, so both see the same packages. All indexes count alike
-(``--index-strategy unsafe-best-match``, pip's behaviour), and no cache is kept (a wheel is not stored twice on a
-small disk) and no bytecode is compiled (the Makefile compiles every installed package at the end, in parallel).
-torch is installed by pip before this script runs (its local CPU build, which only pip's configuration
+(``--index-strategy unsafe-best-match``, pip's behaviour), no cache is kept (a wheel is not stored twice on a
+small disk) and no bytecode is compiled up front (the Makefile's final import check writes it for the modules a
+training run imports). torch is installed by pip before this script runs (its local CPU build, which only pip's configuration
 names), so nothing here can pull another torch build.
 """
 

@@ -131,9 +131,8 @@ def _run_training(command: str, config: Path, set_: list[str] | None, resume: Pa
     if world.is_main:
         from grove.infra.plotting import plot_run
 
-        plots: list[Path] | None = None  # None: not drawn (logging.plots: false)
-        try:
-            plots = plot_run(summary.run_dir) if cfg.logging.plots else None
+        try:  # None: not drawn (logging.plots: false)
+            plots: list[Path] | None = plot_run(summary.run_dir) if cfg.logging.plots else None
         except RunWriteError as exc:  # every step ran and is saved: the run is finished, without its pictures
             err.print(f"[yellow]warning:[/yellow] {escape(str(exc))}", highlight=False)
             plots = []

@@ -358,7 +358,7 @@ class LoggingConfig(Section):
         True,
         description="Draw RUN_DIR/plots/*.png (training curves, held-out accuracy, one panel per objective) when "
         "grove train, sft or rm finishes; false leaves them to grove plot RUN_DIR or grove view (sweeps of many "
-        "runs: about half a second each).",
+        "runs, where nobody looks at each run's figures).",
     )
     token_details: TokenDetailsConfig = Field(
         default_factory=TokenDetailsConfig,

