@@ -24,6 +24,7 @@ import grove.training.trainer as trainer_module  # noqa: E402
 from grove.distributed.world import init_world  # noqa: E402
 from grove.registry import ROLLOUT_ENGINES  # noqa: E402
 from grove.resolve import load_config  # noqa: E402
+from grove.rollout.generated_rows import GeneratedRows  # noqa: E402
 from grove.rollout.hf_engine import TransformersEngine  # noqa: E402
 
 # each completion starts with one of these (environment actions, or an invalid one), then random tokens
@@ -65,7 +66,7 @@ class ScriptedEngine(TransformersEngine):
                 tokens[i * n + j, :length] = torch.cat([torch.tensor(word, dtype=torch.long), tail])
                 lengths[i * n + j] = length
         logprobs = torch.full((rows, width), -1.0)
-        return tokens, logprobs, lengths, torch.zeros(rows, dtype=torch.long), 0  # no prompt tokens reused
+        return GeneratedRows(tokens, logprobs, lengths, torch.zeros(rows, dtype=torch.long))  # no prompt tokens reused
 
 
 def scripted_engine(model: torch.nn.Module, tokenizer, rollout) -> ScriptedEngine:

@@ -376,4 +376,6 @@ def test_gigpo_trains_two_steps_on_the_multi_turn_env(tiny_model, tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["anchor_steps_in_shared_groups"] == 0 for r in rows)  # anchor none: GiGPO is episode-level GRPO
     assert all(r["environment_errors"] == 0 for r in rows) and "success_rate" in rows[0]
-    assert "env/verifiers/terse" in rows[0] and any(r["loss"] != 0 for r in rows)
+    # the plugged reward varies, so there is a gradient (the loss itself is 0 at ratio 1 when every completion has the
+    # same length: the token mean of group-centred advantages)
+    assert "env/verifiers/terse" in rows[0] and any(r["grad_norm"] > 0 for r in rows)

@@ -95,7 +95,7 @@ def test_next_call_reuses_the_previous_rows_like_a_conversation(policy, counting
     assert turn2.prompt_tokens_reused == sum(len(s) for s in second) - sum(1 + len(r) for r in replies)
     assert torch.equal(turn2.response_ids, reference.response_ids)
     torch.testing.assert_close(turn2.logprobs, reference.logprobs, atol=1e-5, rtol=1e-5)
-    assert engine._bank is None and not engine._keeping  # nothing outlives the context
+    assert engine.prefixes.bank is None and not engine.prefixes.open  # nothing outlives the context
 
 
 def test_rows_that_finish_early_are_kept_too(policy):
@@ -107,7 +107,7 @@ def test_rows_that_finish_early_are_kept_too(policy):
     sampling = SamplingParams(temperature=1.0, max_new_tokens=8)
     with engine.reusing_prefixes():
         out = engine.generate(prompts, 1, sampling, torch.Generator().manual_seed(0))
-        bank = engine._bank
+        bank = engine.prefixes.bank
         lengths = out.response_mask.sum(1)
         assert len(set(lengths.tolist())) > 1  # rows ended at different steps
         expected = sorted(len(p) + int(n) - 1 for p, n in zip(prompts, lengths.tolist(), strict=True))
@@ -123,7 +123,7 @@ def test_reuse_off_keeps_nothing(policy):
     engine = TransformersEngine(model, tokenizer, eos_token_ids=[], reuse_prefixes=False)
     with engine.reusing_prefixes():
         engine.generate([[5, 6, 7]], 1, SamplingParams(max_new_tokens=2), torch.Generator().manual_seed(0))
-        assert engine._bank is None
+        assert engine.prefixes.bank is None
 
 
 def test_bank_helpers_against_hand_values():

@@ -87,7 +87,7 @@ def test_same_seed_same_samples(policy, prompt_ids) -> None:
 
 def test_eos_handling(policy, prompt_ids) -> None:
     eos = _many_eos(policy)
-    out = _gen(_engine(policy, eos), prompt_ids, 6, temperature=1.0, max_new_tokens=8)
+    out = _gen(_engine(policy, eos), prompt_ids, 6, seed=1, temperature=1.0, max_new_tokens=8)
     eos_set = set(eos)
     assert "eos" in out.finish_reasons and "length" in out.finish_reasons
     for row, reason in enumerate(out.finish_reasons):
@@ -278,7 +278,8 @@ def test_two_level_inverse_cdf_draws_each_index_with_its_probability() -> None:
     for index, weight in hot.items():
         weights[index] = weight
     rows = 40_000
-    drawn, mass = inverse_cdf_sample(weights.expand(rows, vocab).contiguous(), torch.Generator().manual_seed(0))
+    uniforms = torch.rand(rows, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    drawn, mass = inverse_cdf_sample(weights.expand(rows, vocab).contiguous(), uniforms)
     assert torch.allclose(mass, torch.full((rows,), 10.0, dtype=torch.float64))
     counts = torch.bincount(drawn, minlength=vocab).double() / rows
     assert set(drawn.unique().tolist()) == set(hot)

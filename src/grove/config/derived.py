@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from grove.config.schema import GroveConfig
+    from grove.config.sections import RolloutConfig
 
-__all__ = ["generates_from_bf16_copy", "needs_reference_model", "reward_model_bytes", "zero_advantage_skip_blocker"]
+__all__ = ["generates_from_bf16_copy", "generation_rollout", "needs_reference_model", "reward_model_bytes", "zero_advantage_skip_blocker"]
 
 
 def needs_reference_model(cfg: GroveConfig) -> bool:
@@ -38,6 +39,12 @@ def generates_from_bf16_copy(cfg: GroveConfig) -> bool:
     if cfg.rollout.bf16_weights is not None:
         return cfg.rollout.bf16_weights
     return cfg.train.precision == "bf16"
+
+
+def generation_rollout(cfg: GroveConfig) -> RolloutConfig:
+    """The ``rollout`` section the run's engine is built with: ``bf16_weights`` resolved
+    (:func:`generates_from_bf16_copy`), so an engine that keeps its own copy of the weights knows its dtype."""
+    return cfg.rollout.model_copy(update={"bf16_weights": generates_from_bf16_copy(cfg)})
 
 
 def zero_advantage_skip_blocker(cfg: GroveConfig) -> str | None:

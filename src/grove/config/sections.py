@@ -80,9 +80,22 @@ class RewardConfig(ComponentSpec):
 
 class RolloutConfig(Section):
     engine: str = Field(
-        "transformers",
-        description="The rollout engine that generates (registry ROLLOUT_ENGINES): 'transformers', batched decoding "
-        "with transformers' KV cache in this process.",
+        "auto",
+        description="The rollout engine that generates (registry ROLLOUT_ENGINES): 'auto' (default) is 'static_cache' "
+        "on CUDA for the decoders it runs (Llama, Mistral, Qwen2, Qwen3: a preallocated KV cache, the decode step "
+        "replayed as a CUDA graph), else 'transformers' (batched decoding with transformers' KV cache in this process).",
+    )
+    cuda_graphs: bool = Field(
+        True,
+        description="static_cache engine on CUDA: capture the one-token decode step as a CUDA graph per batch size and "
+        "replay it. false runs every step eagerly (slower; for debugging).",
+    )
+    cache_memory_fraction: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="static_cache engine: the share of the free device memory its KV cache may take; more rows than "
+        "fit are decoded in several passes (prefix reuse then keeps nothing for the next turn).",
     )
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
@@ -94,8 +107,9 @@ class RolloutConfig(Section):
     bf16_weights: bool | None = Field(
         None,
         description="Generate from a bfloat16 copy of the policy, refreshed after every optimizer step and freed "
-        "during the update (faster decode; larger rollout-vs-training log-prob mismatch). null (default): on when "
-        "train.precision is bf16, off in fp32.",
+        "during the update (faster decode; larger rollout-vs-training log-prob mismatch; the static_cache engine "
+        "keeps its own bf16 copy, refreshed in place, instead). null (default): on when train.precision is bf16, off "
+        "in fp32.",
     )
     prepacked_weights: bool = Field(
         True,

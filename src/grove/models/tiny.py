@@ -1,4 +1,5 @@
-"""A tiny random Llama model directory with a self-contained ChatML tokenizer, for tests (offline, < 2 s).
+"""A tiny random decoder directory (Llama by default; Mistral, Qwen2 or Qwen3 on request) with a self-contained
+ChatML tokenizer, for tests (offline, < 2 s).
 
 The tokenizer is a byte-level BPE trained on a small built-in corpus (so every string is encodable and tokens
 span several characters), with the special tokens ``<|pad|>`` (id 0), ``<|im_start|>`` (id 1) and
@@ -11,9 +12,21 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    GenerationConfig,
+    LlamaConfig,
+    MistralConfig,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen3Config,
+)
 
-__all__ = ["CHATML_TEMPLATE", "TINY_SPECIAL_TOKENS", "create_tiny_model_dir", "build_tiny_tokenizer"]
+__all__ = ["ARCHITECTURES", "CHATML_TEMPLATE", "TINY_SPECIAL_TOKENS", "create_tiny_model_dir", "build_tiny_tokenizer"]
+
+# the configuration class of each architecture a tiny model may have; qwen2 has biased q/k/v projections, qwen3 a
+# per-head RMSNorm of queries and keys
+ARCHITECTURES = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
 
 TINY_SPECIAL_TOKENS = ("<|pad|>", "<|im_start|>", "<|im_end|>")
 
@@ -76,8 +89,10 @@ def create_tiny_model_dir(
     max_position_embeddings: int = 512,
     initializer_range: float = 0.02,
     tie_word_embeddings: bool = True,
+    architecture: str = "llama",
 ) -> Path:
-    """Write a randomly initialised ``LlamaForCausalLM`` and its tokenizer to ``path`` and return it.
+    """Write a randomly initialised causal LM of ``architecture`` (:data:`ARCHITECTURES`; ``LlamaForCausalLM`` by
+    default) and its tokenizer to ``path`` and return it.
 
     The directory is loadable with :func:`grove.models.pretrained.load_policy`. Initialisation is seeded by
     ``seed`` without touching the global RNG. A larger ``initializer_range`` gives peakier distributions.
@@ -87,13 +102,14 @@ def create_tiny_model_dir(
     tokenizer = build_tiny_tokenizer(vocab_size)
     tokenizer.model_max_length = max_position_embeddings  # the tokenizer states the context the model has
     pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
-    config = LlamaConfig(
+    config = ARCHITECTURES[architecture](
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
+        head_dim=hidden_size // num_heads,
         max_position_embeddings=max_position_embeddings,
         initializer_range=initializer_range,
         tie_word_embeddings=tie_word_embeddings,
@@ -104,7 +120,7 @@ def create_tiny_model_dir(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config).to(torch.float32)
+        model = AutoModelForCausalLM.from_config(config).to(torch.float32)
     model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, do_sample=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

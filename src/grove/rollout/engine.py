@@ -26,6 +26,7 @@ __all__ = [
     "encode_prompts",
     "fit_prompts",
     "prompt_preview",
+    "release_memory",
     "reusing_prefixes",
 ]
 
@@ -120,6 +121,14 @@ def reusing_prefixes(engine: RolloutEngine) -> AbstractContextManager[None]:
     made with the same weights."""
     method = getattr(engine, "reusing_prefixes", None)
     return method() if callable(method) else nullcontext()
+
+
+def release_memory(engine: RolloutEngine) -> None:
+    """``engine.release_memory()`` where the engine holds memory between calls that it can give back before the
+    update (:class:`grove.rollout.static_engine.StaticCacheEngine`'s large caches), nothing otherwise."""
+    method = getattr(engine, "release_memory", None)
+    if callable(method):
+        method()
 
 
 def encode_prompts(

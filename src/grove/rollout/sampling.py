@@ -1,8 +1,9 @@
 """Drawing one token per row from next-token logits: exact, reproducible and cheap on a CPU.
 
 The sampler is exact (a token is drawn with exactly its probability under the tempered, optionally
-truncated policy, up to float rounding: see below), reproducible (one ``torch.rand`` draw per row from the caller's
-``torch.Generator``), and never picks a token of probability zero. It is **inverse-CDF sampling in two
+truncated policy, up to float rounding: see below), reproducible (one uniform number per row and step, drawn for the
+whole generation at once from the caller's ``torch.Generator``: :func:`draw_uniforms`), and never picks a token of
+probability zero. It is **inverse-CDF sampling in two
 levels**: the vocabulary is cut into chunks of :data:`CHUNK` tokens; the draw ``u ∈ [0, Σw)`` first finds its
 chunk in the cumulative chunk masses (``[rows, V / CHUNK]``), then its token in the cumulative weights of that
 one chunk (``[rows, CHUNK]``), so no float64 copy of the ``[rows, V]`` weights and no full-vocabulary
@@ -15,6 +16,13 @@ recorded log-prob of the drawn token is ``(z_t − max) / T − log Σ exp((z �
 ``log_softmax(z / T)`` evaluates, with the sum accumulated in float64.
 ``torch.multinomial`` is not used: it draws vocabulary-sized exponentials (slow on CPU) and its stream is
 not stable across versions.
+
+**The uniform table.** A generation of ``rows`` completions of at most ``steps`` tokens reads its randomness from
+one ``[rows, steps]`` float64 table drawn up front (:func:`draw_uniforms`): token ``t`` of row ``r`` is drawn with
+``u[r, t]``. A row's samples therefore depend on its own uniforms only, not on which other rows are still running,
+so every engine (rows dropped as they finish, or kept masked in a fixed-size batch; eager or replayed as a CUDA
+graph; on any device) draws the same tokens for the same seed, up to the logits' rounding. The sampler itself
+reads no generator and makes no host round trip, so it can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -23,9 +31,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CHUNK", "filter_logits", "inverse_cdf_sample", "sample_tokens"]
+__all__ = ["CHUNK", "draw_uniforms", "filter_logits", "inverse_cdf_sample", "sample_tokens"]
 
 CHUNK = 256  # tokens per first-level chunk: 49,152 / 256 = 192 chunk masses per row for SmolLM2
+
+
+def draw_uniforms(rows: int, steps: int, generator: torch.Generator, device: torch.device | str = "cpu") -> Tensor:
+    """The ``[rows, steps]`` float64 uniform numbers in ``[0, 1)`` of one generation (see the module docstring),
+    drawn from ``generator`` on its own device in one call and placed on ``device``."""
+    table = torch.rand((rows, steps), generator=generator, dtype=torch.float64, device=generator.device)
+    return table.to(device)
 
 
 def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
@@ -49,8 +64,9 @@ def _below(bound: Tensor) -> Tensor:
     return torch.nextafter(bound, torch.zeros_like(bound))
 
 
-def inverse_cdf_sample(weights: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Draw one index per row with probability ``weights[r, i] / Σ_i weights[r, i]``.
+def inverse_cdf_sample(weights: Tensor, uniforms: Tensor) -> tuple[Tensor, Tensor]:
+    """Draw one index per row with probability ``weights[r, i] / Σ_i weights[r, i]``, row ``r`` with the uniform
+    number ``uniforms[r]`` in ``[0, 1)`` (float64, on the weights' device).
 
     ``weights`` ``[rows, V]``: non-negative, unnormalised (float32 or float64), each row with positive mass.
     Returns ``(indices [rows] long, row masses Σ_i weights[r, i] [rows] float64)``. A zero-weight index is
@@ -65,8 +81,7 @@ def inverse_cdf_sample(weights: Tensor, generator: torch.Generator) -> tuple[Ten
     chunk_mass = blocks.sum(-1).double()  # [rows, chunks]: summed in the weights' precision, then float64
     chunk_cdf = chunk_mass.cumsum(-1)
     total = chunk_cdf[:, -1:]
-    u = torch.rand((rows, 1), generator=generator, dtype=torch.float64, device=generator.device)
-    u = torch.minimum(u.to(weights.device) * total, _below(total))
+    u = torch.minimum(uniforms.reshape(rows, 1).double() * total, _below(total))
     chunk = torch.searchsorted(chunk_cdf, u, right=True).clamp_(max=chunks - 1)  # [rows, 1]
     inside = blocks.gather(1, chunk[:, :, None].expand(rows, 1, CHUNK)).squeeze(1).double().cumsum(-1)
     before = (chunk_cdf.gather(1, chunk) - chunk_mass.gather(1, chunk)).clamp_(min=0.0)
@@ -80,9 +95,10 @@ def sample_tokens(
     temperature: float,
     top_k: int,
     top_p: float,
-    generator: torch.Generator,
+    uniforms: Tensor,
 ) -> tuple[Tensor, Tensor]:
-    """One token per row of ``logits [rows, V]``, and its log-prob under the tempered, *untruncated* policy.
+    """One token per row of ``logits [rows, V]``, and its log-prob under the tempered, *untruncated* policy; row
+    ``r`` draws with ``uniforms[r]`` (a column of :func:`draw_uniforms`' table; unused when greedy).
 
     ``temperature == 0`` is greedy (argmax; the log-prob is then ``log_softmax(logits)[token]``). Otherwise
     tokens are drawn from ``softmax(logits / T)`` restricted to the top-k / top-p set, and the log-prob
@@ -97,7 +113,7 @@ def sample_tokens(
     if top_k > 0 or top_p < 1.0:
         full = logits.float()
         logp = torch.log_softmax(full / temperature if temperature != 1.0 else full, dim=-1)
-        tokens, _ = inverse_cdf_sample(filter_logits(logp, top_k, top_p).exp(), generator)
+        tokens, _ = inverse_cdf_sample(filter_logits(logp, top_k, top_p).exp(), uniforms)
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)
     # (z - max) / T in float32, read straight from the model's logits (bf16 ones are upcast by the subtraction,
     # not copied first); the largest weight is exactly 1
@@ -105,7 +121,7 @@ def sample_tokens(
     weights = torch.sub(logits, peak)
     if temperature != 1.0:
         weights.div_(temperature)
-    tokens, mass = inverse_cdf_sample(weights.exp_(), generator)
+    tokens, mass = inverse_cdf_sample(weights.exp_(), uniforms)
     picked = logits.gather(-1, tokens[:, None]).squeeze(1).float() - peak.squeeze(1)
     if temperature != 1.0:
         picked = picked / temperature

@@ -13,7 +13,9 @@ generation runs on; plus loading them from and writing them to a checkpoint.
   generation copy is taken, so generation stays eager.
 * Generation: a bfloat16 copy (``rollout.bf16_weights``); on a CPU otherwise a copy in the policy's dtype whose
   linear weights are prepacked for oneDNN (``rollout.prepacked_weights``); under FSDP2 a full replica refreshed
-  from the shards after each optimizer step; else the policy itself (a GPU, or prepacking off).
+  from the shards after each optimizer step; else the policy itself (a GPU, or prepacking off). The static-cache
+  engine (``rollout.engine: static_cache``, or ``auto`` on CUDA) keeps its own copy in the generation dtype and
+  reads the policy itself (or, under FSDP2, the replica).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from grove.models.lora import adapters_disabled, apply_lora, load_adapter_weight
 from grove.models.pretrained import load_policy
 from grove.rollout.generation_weights import GenerationWeights
 from grove.rollout.prepacked_linear import prepacking_supported
+from grove.rollout_engines import engine_choice
 
 __all__ = ["PolicyModels", "build_generation_weights", "build_policy_models", "set_activation_checkpointing"]
 
@@ -147,6 +150,8 @@ def build_generation_weights(
     """The copy generation decodes from (see the module docstring), or ``None`` to decode through the policy."""
     dtype = getattr(torch, cfg.model.dtype)
     prepack = cfg.rollout.prepacked_weights
+    if not sharded and engine_choice(cfg.rollout.engine, causal_lm, device)[0] == "static_cache":
+        return None  # the engine keeps its own copy of the weights, refreshed in place
     if sharded:  # decode on a full replica, not through the shards
         copy_dtype = torch.bfloat16 if generates_from_bf16_copy(cfg) else dtype
         return GenerationWeights(causal_lm, copy_dtype, prepack=prepack)

@@ -28,7 +28,7 @@ import torch
 
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig
-from grove.config.derived import generates_from_bf16_copy
+from grove.config.derived import generates_from_bf16_copy, generation_rollout
 from grove.distributed.world import World, derived_seed, init_world
 from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import describe_sampled
@@ -110,7 +110,7 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(derived_seed(cfg.seed, self.world.rank))
         self._inputs = StageInputs(
             cfg, run_dir, self.models,
-            lambda: build_rollout_engine(cfg.rollout, self.models.generation_model, self.tokenizer),
+            lambda: build_rollout_engine(generation_rollout(cfg), self.models.generation_model, self.tokenizer),
             self.world, self.generator,
         )
         self.stage = stage_kind.build(self._inputs)
@@ -231,6 +231,7 @@ class Trainer:
         fault_points.reached("generation", self.step)
         if stage.generates_each_step:
             self.models.release_generation_weights()  # the update runs without the generation copy
+            self._inputs.release_engine_memory()  # nor a large static KV cache
             release_host_memory()  # generation's freed KV cache goes back to the OS before the update
         context = self._stage_context()
         staged = stage.stages.run_whole_step(StageBatch.of(exp), context)  # D^3S's rollouts, trajectory weights

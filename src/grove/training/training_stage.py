@@ -33,6 +33,7 @@ from grove.pipeline.credit import Credit
 from grove.pipeline.step_coefficients import FixedCoefficients, StepCoefficients
 from grove.pipeline.supervised_targets import SupervisedTargets
 from grove.pipeline.update import LossComponents, UpdateSchedule
+from grove.rollout.engine import release_memory
 from grove.training.policy_models import PolicyModels
 
 __all__ = ["StageInputs", "StageKind", "TrainingStage", "stored_example_stage"]
@@ -90,6 +91,11 @@ class StageInputs:
     def engine(self) -> Any:
         """The rollout engine (:class:`grove.rollout.engine.RolloutEngine`) of the models' generation weights."""
         return self.build_engine()
+
+    def release_engine_memory(self) -> None:
+        """Let the engine, if one was built, give back the memory it holds between calls (before the update)."""
+        if "engine" in self.__dict__:  # built (a cached property)
+            release_memory(self.engine)
 
 
 class StageKind(Protocol):
