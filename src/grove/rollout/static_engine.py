@@ -318,7 +318,7 @@ class StaticCacheEngine(RolloutEngine):
         does; else as many as ``cache_memory_fraction`` of the free memory holds."""
         if self.cache is not None and self.cache.fits(bucket_for(total), width) and self.rows.fits(total, steps):
             return total
-        per_row = StaticKVCache.bytes_per_row(self.spec, width, self.dtype) + steps * 20 + 16 * self.spec.vocab
+        per_row = self.bytes_per_row(width, steps)
         budget = self._free_memory() * self.cache_memory_fraction
         if self.cache is not None:
             budget += self.cache.rows * StaticKVCache.bytes_per_row(self.spec, self.cache.width, self.dtype)
@@ -330,6 +330,11 @@ class StaticCacheEngine(RolloutEngine):
                 "rollout.max_new_tokens or the prompt length, raise the fraction, or set rollout.engine: transformers"
             )
         return min(total, rows)
+
+    def bytes_per_row(self, width: int, steps: int) -> int:
+        """The memory one row of a pass takes: its cache slot, its drawn tokens and log-probs, and the step's
+        per-row activations (the logits and the sampler's float32 weights)."""
+        return StaticKVCache.bytes_per_row(self.spec, width, self.dtype) + steps * 20 + 16 * self.spec.vocab
 
     def _free_memory(self) -> float:
         if self.device.type == "cuda":
