@@ -187,3 +187,25 @@ def test_flex_packed_forward_equals_padded_values_and_gradients_on_cuda(policy, 
         torch.testing.assert_close(ent, ent_a, atol=1e-4, rtol=1e-4)
         for name in grad_a:
             torch.testing.assert_close(grad[name], grad_a[name], atol=5e-4, rtol=1e-3, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_the_compiled_kernel_stays_compiled_under_a_forced_eager_stance(monkeypatch):
+    """A pass that forces compiled code to run eagerly (the token-details entropy pass, which keeps train.compile's
+    layers eager) still runs flex attention compiled: no fall back to the unfused kernel, which materialises every
+    score (dynamo's eager backend stands in for the CUDA kernel's compilation here)."""
+    import warnings
+
+    import grove.models.packed_attention as packed
+
+    compiled = torch.compile(flex.flex_attention, backend="eager", dynamic=False)
+    monkeypatch.setattr(packed, "_flex_kernel", lambda device: compiled)
+    seg = _segments()
+    q, k = torch.randn(2, 4, seg.shape[1], 8), torch.randn(2, 2, seg.shape[1], 8)
+    torch._dynamo.reset()
+    monkeypatch.setattr(flex, "_WARNINGS_SHOWN", set())  # the eager kernel's warning is shown once a process
+    with warnings.catch_warnings(record=True) as caught, torch.compiler.set_stance("force_eager"):
+        warnings.simplefilter("always")
+        out, _ = packed._flex_forward(None, q, k, k, packed_block_mask(seg), scaling=0.3)
+    assert not [w for w in caught if "without torch.compile" in str(w.message)]
+    expected = flex.flex_attention(q, k, k, block_mask=packed_block_mask(seg), scale=0.3, enable_gqa=True)
+    torch.testing.assert_close(out, expected.transpose(1, 2))

@@ -13,7 +13,9 @@ through unchanged). Importing this module wraps transformers' ``sdpa`` and grove
 implementations so that a ``BlockMask`` goes to flex attention and every other mask to the original function, bit
 for bit: the model's configured implementation is never switched, so a recomputation under activation
 checkpointing (which runs after the forward returns) takes the same route. Flex attention is compiled on CUDA
-(the fused Triton kernel, forward and backward); on a CPU PyTorch runs it without gradients only.
+(the fused Triton kernel, forward and backward), also inside passes that force compiled code to run eagerly
+(``torch.compiler.set_stance("force_eager")``: eager flex attention would materialise the full score matrix); on a
+CPU PyTorch runs it without gradients only.
 
 ``train.packed_attention`` selects the kernel (:func:`resolve_packed_attention`): ``auto`` uses flex attention on
 CUDA where the model's attention implementation dispatches it, else the dense mask; ``flex`` requires it;
@@ -22,6 +24,7 @@ CUDA where the model's attention implementation dispatches it, else the dense ma
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from functools import cache
 
 import torch
@@ -93,9 +96,12 @@ def _flex_forward(module, query, key, value, block_mask, dropout=0.0, scaling=No
         raise NotImplementedError(
             "PyTorch's flex attention has no backward on a CPU; set train.packed_attention: dense_mask (or auto)"
         )
-    out = _flex_kernel(query.device)(
-        query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
-    )
+    kernel = _flex_kernel(query.device)
+    # the compiled kernel stays compiled where a caller forces eager execution of compiled code (the token-details
+    # pass, which keeps train.compile's layers eager): eager flex attention materialises every score
+    stance = nullcontext() if kernel is flex_attention else torch.compiler.set_stance("default")
+    with stance:
+        out = kernel(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
     return out.transpose(1, 2).contiguous(), None
 
 
