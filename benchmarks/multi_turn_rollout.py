@@ -18,10 +18,12 @@ and per generated token), the live environments of each turn, peak RSS.
     python benchmarks/multi_turn_rollout.py --precision bf16 --set rollout.prefix_reuse=false   # without reuse
     python benchmarks/multi_turn_rollout.py --set model.init_from=null   # the base model
     python benchmarks/multi_turn_rollout.py --tiny --rounds 1 --warmup 0   # smoke run, a tiny random model
+    python benchmarks/multi_turn_rollout.py --device cuda --precision bf16 --set rollout.engine=transformers
 
 ``--precision`` sets the trainer's settings: fp32 (``train.precision: fp32``, no bf16 copy: a prepacked fp32
 copy), bf16 (a bfloat16 copy, ``rollout.bf16_weights``), bf16-autocast (float32 weights under bfloat16
-autocast). The last line is ``RESULT {json}``.
+autocast). ``--device cuda`` runs on a GPU with the engine ``rollout.engine`` picks there (``auto``: the
+static-cache engine for the decoders it runs). The last line is ``RESULT {json}``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from grove.infra.runtime import configure_runtime, release_host_memory
 from grove.models.initial_weights import policy_source
 from grove.models.pretrained import load_policy
 from grove.resolve import load_config
-from grove.rollout.hf_engine import TransformersEngine
+from grove.config.derived import generation_rollout
+from grove.rollout_engines import build_rollout_engine, engine_choice
 from grove.training.policy_models import build_generation_weights
 
 COLUMNS = [  # (key, header, format)
@@ -62,29 +65,39 @@ PRECISIONS = {
 }
 
 
-class TimedEngine(TransformersEngine):
-    """The trainer's engine, recording each batched generate call: (rows, generated tokens, seconds, prefill
-    seconds), its prompts, and the token positions (pads included) its prefill forwards ran."""
+class TimedEngine:
+    """The trainer's engine (``rollout.engine``), recording each batched generate call: (rows, generated tokens,
+    seconds, prefill seconds), its prompts, and the token positions (pads included) its prefill forwards ran. Both
+    built-in engines prefill through ``_prefill(ids, mask)`` and run each prefill forward through ``_run(ids, …)``,
+    which are timed and counted on the instance."""
 
-    calls: list[tuple[int, int, float, float]]
-    prompts: list[list[list[int]]]
-    prefilled: int = 0
-    _prefill_seconds: float = 0.0
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.calls: list[tuple[int, int, float, float]] = []
+        self.prompts: list[list[list[int]]] = []
+        self.prefilled = 0
+        self._prefill_seconds = 0.0
+        run, prefill = engine._run, engine._prefill
 
-    def _run(self, ids, attn, positions, cache):
-        self.prefilled += ids.numel()
-        return super()._run(ids, attn, positions, cache)
+        def counted_run(ids, *args, **kwargs):
+            self.prefilled += ids.numel()
+            return run(ids, *args, **kwargs)
 
-    def _prefill(self, ids, attn):
-        start = time.perf_counter()
-        try:
-            return super()._prefill(ids, attn)
-        finally:
-            self._prefill_seconds += time.perf_counter() - start
+        def timed_prefill(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return prefill(*args, **kwargs)
+            finally:
+                self._prefill_seconds += time.perf_counter() - start
+
+        engine._run, engine._prefill = counted_run, timed_prefill
+
+    def __getattr__(self, name):  # model, tokenizer, pad_token_id, reusing_prefixes, ...
+        return getattr(self.engine, name)
 
     def generate(self, prompt_token_ids, n, sampling, generator):
         self._prefill_seconds = 0.0
-        out = super().generate(prompt_token_ids, n, sampling, generator)
+        out = self.engine.generate(prompt_token_ids, n, sampling, generator)
         self.calls.append((len(prompt_token_ids) * n, out.num_generated_tokens, out.seconds, self._prefill_seconds))
         self.prompts.append(prompt_token_ids)
         return out
@@ -94,16 +107,16 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
 
 
-def one_round(source, engine: TimedEngine, precision: str, seed: int) -> dict:
+def one_round(source, engine: TimedEngine, precision: str, seed: int, device: str = "cpu") -> dict:
     engine.calls, engine.prompts, engine.prefilled = [], [], 0
     starts = source.draw_starts()  # the trainer's next (task, seed) starts
     start = time.perf_counter()
-    with autocast(precision):
+    with autocast(precision, device):
         run = source.play(starts, source.group_size, source.sampling)
     wall = time.perf_counter() - start
     release_host_memory()  # as the trainer does after generation
     calls, prefilled = engine.calls, engine.prefilled
-    single = single_turn(source, engine, engine.prompts[0], precision, seed)
+    single = single_turn(source, engine, engine.prompts[0], precision, seed, device)
     gen, env = run.generation_seconds, run.environment_seconds
     tokens_per_s = run.generated_tokens / wall
     return {
@@ -134,12 +147,14 @@ def one_round(source, engine: TimedEngine, precision: str, seed: int) -> dict:
     }
 
 
-def single_turn(source, engine: TimedEngine, prompts: list[list[int]], precision: str, seed: int) -> dict:
+def single_turn(
+    source, engine: TimedEngine, prompts: list[list[int]], precision: str, seed: int, device: str = "cpu"
+) -> dict:
     """The companion single-turn run: one generate call from the round's first-turn contexts (one row per
     environment, the same sampling and new-token budget), outside any multi-turn reuse. Decode tokens/s counts
     the generated tokens over the time after the prefill."""
     engine.calls, engine.prompts = [], []
-    with autocast(precision):
+    with autocast(precision, device):
         out = engine.generate(prompts, 1, source.sampling, torch.Generator().manual_seed(seed))
     rows, tokens, seconds, prefill = engine.calls[0]
     return {
@@ -157,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--precision", choices=["fp32", "bf16", "bf16-autocast"], default="fp32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tiny", action="store_true", help="a tiny random model (grove.models.tiny) instead")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override, e.g. --set train.prompts_per_step=4 --set env.max_turns=4")
     args = parser.parse_args(argv)
@@ -173,23 +189,25 @@ def main(argv: list[str] | None = None) -> dict:
         # the trainer's weights (the warm start of model.init_from) and generation copy (bf16 / prepacked)
         model, tokenizer = load_policy(policy_source(cfg.model.name, cfg.model.init_from),
                                        dtype=getattr(torch, cfg.model.dtype))
-    model.eval().requires_grad_(False)
-    generation = build_generation_weights(cfg, model, torch.device("cpu"))
+    device = torch.device(args.device)
+    model.to(device).eval().requires_grad_(False)
+    generation = build_generation_weights(cfg, model, device)
     if generation is not None:
         model = generation.model
-    engine = TimedEngine(model, tokenizer, reuse_prefixes=cfg.rollout.prefix_reuse)
+    engine_id = engine_choice(cfg.rollout.engine, model, device)[0]
+    engine = TimedEngine(build_rollout_engine(generation_rollout(cfg), model, tokenizer))
     source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
     if not hasattr(source, "play"):
         parser.error(f"{args.config} is not an environment config (experience source {cfg.source_id!r})")
     precision = cfg.train.precision
     for i in range(args.warmup):
-        one_round(source, engine, precision, seed=i)
-    rounds = [one_round(source, engine, precision, seed=args.warmup + i) for i in range(args.rounds)]
+        one_round(source, engine, precision, seed=i, device=args.device)
+    rounds = [one_round(source, engine, precision, seed=args.warmup + i, device=args.device) for i in range(args.rounds)]
 
     groups, size = cfg.train.prompts_per_step, cfg.train.completions_per_prompt
     print(f"{args.config}: env {cfg.env.id}, {groups} groups × {size} environments, max_turns {cfg.env.max_turns}, "
           f"max_new_tokens {cfg.rollout.max_new_tokens}, model {'tiny' if args.tiny else cfg.model.name}, "
-          f"{args.precision}, {args.threads} threads, {args.warmup} warm-up round(s)\n")
+          f"{args.precision}, engine {engine_id}, {args.device}, {args.threads} threads, {args.warmup} warm-up round(s)\n")
     print("| round | " + " | ".join(h for _, h, _ in COLUMNS) + " | live envs per turn |")
     print("|---" * (len(COLUMNS) + 2) + "|")
     medians = {k: statistics.median(r[k] for r in rounds) for k, _, _ in COLUMNS}
@@ -198,11 +216,13 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"| {label} | " + " | ".join(f.format(row[k]) for k, _, f in COLUMNS) + f" | {live} |")
     result = {
         "config": args.config, "env": cfg.env.id, "model": "tiny" if args.tiny else cfg.model.name,
-        "precision": args.precision, "threads": args.threads, "groups": groups, "group_size": size,
+        "precision": args.precision, "engine": engine_id, "device": args.device, "threads": args.threads, "groups": groups, "group_size": size,
         "max_turns": cfg.env.max_turns, "max_new_tokens": cfg.rollout.max_new_tokens,
         "warmup": args.warmup, "median": medians, "rounds": rounds, "peak_rss_gb": peak_rss_gb(),
+        "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if device.type == "cuda" else None,
     }
-    print(f"\npeak RSS {result['peak_rss_gb']:.2f} GB")
+    gpu = f", peak GPU memory {result['peak_gpu_gb']:.2f} GB" if result["peak_gpu_gb"] is not None else ""
+    print(f"\npeak RSS {result['peak_rss_gb']:.2f} GB{gpu}")
     print("RESULT " + json.dumps(result), flush=True)
     return result
 

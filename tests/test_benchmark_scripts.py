@@ -403,3 +403,37 @@ def torch_corr(x: list[float], y: list[float]) -> float:
     import torch
 
     return float(torch.corrcoef(torch.tensor([x, y], dtype=torch.float64))[0, 1])
+
+
+def test_rollout_engines_benchmark_compares_both_engines_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "tiny")
+    monkeypatch.setattr(sys, "argv", ["rollout_engines.py", "--device", "cpu", "--model", str(model), "--dtype", "fp32",
+                                      "--rows", "4", "8", "--samples", "2", "--new-tokens", "5", "--repeats", "1",
+                                      "--threads", "1"])
+    runpy.run_path(str(BENCHMARKS / "rollout_engines.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    for engine in ("transformers", "static_cache"):
+        assert f"| {engine} | 4 |" in out and f"| {engine} | 8 |" in out
+    assert "static_cache / transformers at 8 rows" in out and '"tokens": 40' in out  # 8 rows × 5 tokens
+
+
+def test_update_mfu_benchmark_counts_the_model_flops_of_a_tiny_update(tmp_path, monkeypatch, capsys) -> None:
+    import json
+
+    from grove.models.tiny import create_tiny_model_dir
+
+    model = create_tiny_model_dir(tmp_path / "tiny")
+    monkeypatch.setattr(sys, "argv", ["update_mfu.py", "--device", "cpu", "--model", str(model), "--precision", "fp32",
+                                      "--prompts", "2", "--samples", "3", "--prompt-tokens", "7",
+                                      "--response-tokens", "5", "--micro-batch-size", "3", "--repeats", "1",
+                                      "--threads", "1"])
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    runpy.run_path(str(BENCHMARKS / "update_mfu.py"), run_name="__main__")
+    result = json.loads(capsys.readouterr().out.split("RESULT ", 1)[1])
+    assert result["train_tokens"] == 2 * 7 + 6 * 5 and result["response_tokens"] == 30
+    # the tiny model: 2 layers of hidden 64 (q, o: 64², k, v: 64·32, MLP: 3·64·128, two norms) and a final norm
+    layer = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64
+    assert result["body_params"] == 2 * layer + 64
+    assert result["model_tflops_per_s"] > 0 and 0 < result["mfu_vs_matmul"]
