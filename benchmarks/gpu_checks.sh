@@ -11,7 +11,8 @@
 #                  grove with rollout.engine auto (static_cache on CUDA) and with transformers
 #   frozenlake_*   the multi-turn FrozenLake rollout (conversation prompts, prefix reuse), each engine
 #   engines_05b    generation tokens/s at the 0.5B shape (Qwen2.5-0.5B's dimensions), 64 / 256 rows
-#   mfu_05b        the update's model-FLOPs utilisation at the 0.5B shape
+#   mfu_05b        the update's model-FLOPs utilisation at the 0.5B shape (flex attention; then the dense mask,
+#                  which needs no compilation: the first update's one-off cost apart)
 #
 #   bash benchmarks/gpu_checks.sh            # on the GPU machine, from the repository root
 set -u
@@ -33,19 +34,20 @@ part() {  # part NAME SECONDS COMMAND...: run COMMAND under a time limit, its ou
   echo "$name: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/parts.txt"
 }
 
-part tests 75 python3 -m pytest -q -p no:cacheprovider tests/test_static_engine.py tests/test_packed_attention.py \
+part tests 60 python3 -m pytest -q -p no:cacheprovider tests/test_static_engine.py tests/test_packed_attention.py \
   -k "cuda or flex"
 part engines_135m 75 python3 benchmarks/rollout_engines.py --device cuda --shape 135m --rows 64 256 1024 --repeats 2
-part vs_trl 150 python3 benchmarks/vs_trl.py --device cuda --model .gpu/smol --rounds 1 --steps 4 \
+part vs_trl 140 python3 benchmarks/vs_trl.py --device cuda --model .gpu/smol --rounds 1 --steps 4 \
   --impls trl-bf16 grove-bf16 --set train.micro_batch_size=64
-part vs_trl_transformers 70 python3 benchmarks/vs_trl.py --device cuda --model .gpu/smol --rounds 1 --steps 4 \
+part vs_trl_transformers 60 python3 benchmarks/vs_trl.py --device cuda --model .gpu/smol --rounds 1 --steps 4 \
   --impls grove-bf16 --set train.micro_batch_size=64 --set rollout.engine=transformers
-part frozenlake_static 45 python3 benchmarks/multi_turn_rollout.py --device cuda --precision bf16 --rounds 3 \
+part frozenlake_static 40 python3 benchmarks/multi_turn_rollout.py --device cuda --precision bf16 --rounds 3 \
   --set model.name=.gpu/smol --set model.init_from=null
-part frozenlake_transformers 45 python3 benchmarks/multi_turn_rollout.py --device cuda --precision bf16 --rounds 3 \
+part frozenlake_transformers 40 python3 benchmarks/multi_turn_rollout.py --device cuda --precision bf16 --rounds 3 \
   --set model.name=.gpu/smol --set model.init_from=null --set rollout.engine=transformers
-part engines_05b 50 python3 benchmarks/rollout_engines.py --device cuda --shape 0.5b --rows 64 256 --repeats 2
-part mfu_05b 60 python3 benchmarks/update_mfu.py --device cuda --shape 0.5b
+part engines_05b 45 python3 benchmarks/rollout_engines.py --device cuda --shape 0.5b --rows 64 256 --repeats 2
+part mfu_05b 55 python3 benchmarks/update_mfu.py --device cuda --shape 0.5b
+part mfu_05b_dense 30 python3 benchmarks/update_mfu.py --device cuda --shape 0.5b --packed-attention dense_mask
 
 echo; echo "== machine"; cat "$OUT/gpu.txt"
 echo; echo "== parts"; cat "$OUT/parts.txt"
@@ -57,6 +59,8 @@ echo; echo "== vs_trl"; grep -E "^\||vs trl" "$OUT/vs_trl.log" "$OUT/vs_trl_tran
 for name in frozenlake_static frozenlake_transformers; do
   echo; echo "== $name"; grep -E "^examples|^\| median|peak" "$OUT/$name.log" || tail -n 5 "$OUT/$name.log"
 done
-echo; echo "== mfu_05b"; grep -E "first update|^0.5b" "$OUT/mfu_05b.log" || tail -n 5 "$OUT/mfu_05b.log"
+for name in mfu_05b mfu_05b_dense; do
+  echo; echo "== $name"; grep -E "first update|^0.5b" "$OUT/$name.log" || tail -n 5 "$OUT/$name.log"
+done
 echo; echo "== flex attention compiled everywhere"
 grep -l "flex_attention called without torch.compile" "$OUT"/*.log || echo "no log holds the unfused-kernel warning"

@@ -3,8 +3,8 @@ device, timed, against the matrix-product throughput the device reaches.
 
 The batch is synthetic and of a GRPO step's shape: ``--prompts`` prompts of ``--prompt-tokens`` random tokens, each
 with ``--samples`` completions of ``--response-tokens`` tokens, random advantages; the update is the trainer's
-(``grove.pipeline.update.policy_update`` through ``ResponseLogprobModule`` with ``train.packed_attention: auto``:
-flex attention on CUDA), at ``train.precision`` (bf16: float32 weights under bfloat16 autocast) and
+(``grove.pipeline.update.policy_update`` through ``ResponseLogprobModule`` with ``train.packed_attention``,
+``--packed-attention``: ``auto`` is flex attention on CUDA), at ``train.precision`` (bf16: float32 weights under bfloat16 autocast) and
 ``train.micro_batch_size``. Model FLOPs per update: ``6 · (N_body · T_train + N_head · T_response)`` (forward 2 +
 backward 4 per parameter and token; ``N_body`` the decoder's parameters without the embedding, ``N_head`` the
 output projection, applied to response tokens only; ``T_train`` = each group's prompt once + the responses: the
@@ -13,6 +13,7 @@ packed forward's tokens). MFU is printed against the device's measured bf16 (or 
 attention kernels, cuBLAS set-up) is reported apart from the median of the others.
 
     python benchmarks/update_mfu.py --device cuda --shape 0.5b
+    python benchmarks/update_mfu.py --device cuda --shape 0.5b --packed-attention dense_mask   # no compilation
     python benchmarks/update_mfu.py --device cpu --shape 135m --prompts 2 --samples 2 --repeats 1
 """
 
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--prompt-tokens", type=int, default=45)
     parser.add_argument("--response-tokens", type=int, default=64)
     parser.add_argument("--micro-batch-size", type=int, default=64)
+    parser.add_argument("--packed-attention", choices=["auto", "flex", "dense_mask"], default="auto",
+                        help="train.packed_attention (auto: flex attention on CUDA, compiled at the first update)")
     parser.add_argument("--repeats", type=int, default=3, help="updates after the first")
     parser.add_argument("--matmul-size", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=2)
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
     device = torch.device(args.device)
     model, _ = build_model(args.shape, args.model, torch.float32, device)  # float32 master weights
     model.requires_grad_(True)
-    module = ResponseLogprobModule(model, "auto")
+    module = ResponseLogprobModule(model, args.packed_attention)
     cfg = load_config(None, [f"train.precision={args.precision}", f"train.micro_batch_size={args.micro_batch_size}",
                              "train.skip_zero_advantage=false"])
     parts = resolve_loss_components(cfg)
@@ -129,6 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
     nominal = next((v for k, v in NOMINAL_BF16_TFLOPS.items() if k in name), None) if args.precision == "bf16" else None
     result = {
         "model": args.model or args.shape, "device": name, "precision": args.precision, "rows": batch.num_samples,
+        "packed_attention": args.packed_attention,
         "train_tokens": train_tokens, "response_tokens": response, "body_params": body, "head_params": head,
         "first_update_s": seconds[0], "update_s": median, "model_tflops_per_s": achieved,
         "matmul_tflops_per_s": matmul, "mfu_vs_matmul": achieved / matmul,
@@ -136,7 +140,8 @@ def main(argv: list[str] | None = None) -> dict:
         "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if device.type == "cuda" else None,
     }
     print(f"\n{result['model']} on {name}, {args.precision}: {batch.num_samples} rows, {train_tokens} trained "
-          f"tokens ({response} response), micro-batch {args.micro_batch_size}")
+          f"tokens ({response} response), micro-batch {args.micro_batch_size}, packed attention "
+          f"{args.packed_attention}")
     print(f"first update {seconds[0]:.2f} s (compilation included), then median {median:.3f} s: "
           f"{achieved:.1f} model TFLOP/s = {100 * result['mfu_vs_matmul']:.1f} % of the measured {matmul:.0f} TFLOP/s "
           f"matrix product" + (f", {100 * result['mfu_vs_nominal']:.1f} % of the nominal {nominal:.0f}" if nominal

@@ -241,12 +241,23 @@ def test_bfloat16_copy_computes_float32_logits(policy, prompt_ids) -> None:
     """A bf16 copy with exact_top_logits computes the logits in float32 from the bf16 weights (upcast exactly);
     its greedy tokens are the argmax of those logits, recomputed here from the same bf16 tensors."""
     model, tokenizer = policy
+    greedy = SamplingParams(max_new_tokens=4, temperature=0.0)
     engine = StaticCacheEngine(model, tokenizer, [], dtype=torch.bfloat16)
+    out = engine.generate(prompt_ids, 1, greedy, torch.Generator().manual_seed(0))
     assert engine.weights.head.dtype == torch.bfloat16 and engine.weights.logits_weight.dtype == torch.float32
-    out = engine.generate(prompt_ids, 1, SamplingParams(max_new_tokens=4, temperature=0.0),
-                          torch.Generator().manual_seed(0))
     assert out.logprobs.dtype == torch.float32 and torch.isfinite(out.logprobs).all()
+    # the first token's logits, recomputed from the copy's bf16 tensors with a float32 head
+    from grove.rollout.decoder_forward import attention_mask, decoder_forward
+    from grove.rollout.prompt_rows import left_pad
+
+    ids, mask = left_pad(prompt_ids, engine.pad_token_id)
+    keys, values = engine._empty_cache(len(ids), ids.shape[1])
+    logits = decoder_forward(engine.weights, engine.rotary, ids, (mask.cumsum(-1) - 1).clamp(min=0), keys, values,
+                             torch.arange(ids.shape[1]),
+                             attention_mask(mask.bool(), torch.arange(ids.shape[1]), torch.arange(ids.shape[1])))
+    assert logits.dtype == torch.float32 and out.response_ids[:, 0].tolist() == logits.argmax(-1).tolist()
     rounded = StaticCacheEngine(model, tokenizer, [], dtype=torch.bfloat16, exact_top_logits=0)
+    rounded.generate(prompt_ids, 1, greedy, torch.Generator().manual_seed(0))
     assert rounded.weights.logits_weight.dtype == torch.bfloat16
 
 

@@ -97,7 +97,7 @@ class DecoderSpec:
             kv_heads=int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads),
             head_dim=head_dim,
             intermediate=int(config.intermediate_size),
-            vocab=int(lm.lm_head.weight.shape[0]) if hasattr(lm.lm_head, "weight") else int(config.vocab_size),
+            vocab=int(getattr(lm.lm_head, "out_features", 0) or config.vocab_size),
             rms_eps=float(config.rms_norm_eps),
             scale=float(getattr(attention, "scaling", head_dim**-0.5)),
             qk_norm=hasattr(attention, "q_norm"),

@@ -111,7 +111,8 @@ class StaticCacheEngine(RolloutEngine):
         first = next(model.parameters())
         self.device = first.device
         self.dtype = dtype or first.dtype
-        self.weights = DecodeWeights(model, self.spec, self.dtype, self.device, exact_head=exact_top_logits > 0)
+        self.exact_top_logits = exact_top_logits
+        self.weights: DecodeWeights | None = None  # made at the first call, when the model holds its weights
         self.rotary = RotaryTable(model, self.dtype, self.device)
         self.prefixes = PrefixStore(reuse_prefixes)
         self.eos_token_ids = end_token_ids(model, tokenizer, eos_token_ids)
@@ -159,7 +160,13 @@ class StaticCacheEngine(RolloutEngine):
             raise ValueError("need n >= 1 and at least one non-empty prompt")
         prompt_ids, prompt_mask = left_pad(prompt_token_ids, self.pad_token_id)
         with torch.inference_mode():
-            if not (self.prefixes.open and self._weights_current):
+            if self.weights is None:  # a generation copy may be released between phases: copied when generating
+                with torch.no_grad(), torch.inference_mode(False):
+                    self.weights = DecodeWeights(
+                        self.model, self.spec, self.dtype, self.device, exact_head=self.exact_top_logits > 0
+                    )
+                self._weights_current = self.prefixes.open
+            elif not (self.prefixes.open and self._weights_current):
                 self.weights.refresh(self.model)
                 self._weights_current = self.prefixes.open
             rows = self._decode(prompt_ids, prompt_mask, n, sampling, generator)
