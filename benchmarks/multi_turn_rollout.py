@@ -39,13 +39,13 @@ from collections import Counter
 import torch
 
 import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
+from grove.config.derived import generation_rollout
 from grove.experience import SourceContext, build_experience_source
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime, release_host_memory
 from grove.models.initial_weights import policy_source
 from grove.models.pretrained import load_policy
 from grove.resolve import load_config
-from grove.config.derived import generation_rollout
 from grove.rollout_engines import build_rollout_engine, engine_choice
 from grove.training.policy_models import build_generation_weights
 
