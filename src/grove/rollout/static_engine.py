@@ -36,7 +36,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,7 +44,6 @@ from torch import Tensor, nn
 from grove.rollout.decode_rows import DecodeRows
 from grove.rollout.decode_step import DecodeStep, StepRunner, bucket_for
 from grove.rollout.decode_weights import DecodeWeights
-from grove.rollout.decoder_forward import attention_mask, decoder_forward
 from grove.rollout.decoder_spec import DecoderSpec
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 from grove.rollout.exact_logits import DEFAULT_CANDIDATES
@@ -56,32 +54,13 @@ from grove.rollout.rotary_table import RotaryTable
 from grove.rollout.sampling import draw_uniforms
 from grove.rollout.special_tokens import end_token_ids, padding_token_id
 from grove.rollout.static_kv_cache import StaticKVCache
+from grove.rollout.static_prefill import Prefill, empty_cache, prefill_prompts, run_prompt_tokens
 from grove.rollout.stop_strings import stop_string_hits
 
 __all__ = ["StaticCacheEngine"]
 
 SYNC_EVERY = 8  # decode steps between host read-backs
-PREFILL_TOKENS = 16_384  # prompt tokens (pads included) per prefill forward; more rows are prefilled in chunks
 KEPT_CACHE_SHARE = 1 / 8  # a cache taking more of the device's memory is freed during the update
-
-
-@dataclass
-class Prefill:
-    """The distinct prompts run through the decoder: per layer ``keys``/``values`` ``[D, KV, P, Dh]`` of the prompt
-    block, ``valid [D, P]`` (columns holding a real token), ``layout [D, P]`` (the token at each column),
-    ``next_positions [D]``, the last token's ``logits [D, V]`` and how many prompt tokens were run."""
-
-    keys: list[Tensor]
-    values: list[Tensor]
-    valid: Tensor
-    layout: Tensor
-    next_positions: Tensor
-    logits: Tensor
-    tokens_run: int
-
-    @property
-    def width(self) -> int:
-        return self.valid.shape[1]
 
 
 class StaticCacheEngine(RolloutEngine):
@@ -358,54 +337,15 @@ class StaticCacheEngine(RolloutEngine):
         self, ids: Tensor, positions: Tensor, keys: list[Tensor], values: list[Tensor], first_column: int,
         valid: Tensor,
     ) -> Tensor:
-        """Run ``ids [N, L]`` into columns ``first_column …`` of ``keys``/``values`` (``[N, KV, W, Dh]``, ``valid
-        [N, W]``), in row chunks of at most :data:`PREFILL_TOKENS` columns; the last tokens' logits ``[N, V]``."""
-        width = keys[0].shape[2]
-        columns = torch.arange(width, device=ids.device)
-        write = torch.arange(first_column, first_column + ids.shape[1], device=ids.device)
-        chunk = max(1, PREFILL_TOKENS // width)
-        logits = []
-        for start in range(0, len(ids), chunk):
-            part = slice(start, start + chunk)
-            mask = attention_mask(valid[part], columns, write)
-            logits.append(decoder_forward(
-                self.weights, self.rotary, ids[part], positions[part], [k[part] for k in keys],
-                [v[part] for v in values], write, mask,
-            ))
-        return torch.cat(logits)
-
-    def _empty_cache(self, rows: int, width: int) -> tuple[list[Tensor], list[Tensor]]:
-        shape = (rows, self.spec.kv_heads, width, self.spec.head_dim)
-        new = lambda: torch.zeros(shape, dtype=self.dtype, device=self.device)  # noqa: E731
-        return [new() for _ in range(self.spec.layers)], [new() for _ in range(self.spec.layers)]
+        """One prefill forward (:func:`grove.rollout.static_prefill.run_prompt_tokens`)."""
+        return run_prompt_tokens(self.weights, self.rotary, ids, positions, keys, values, first_column, valid)
 
     def _prefill(self, ids: Tensor, attn: Tensor) -> Prefill:
         """Run the distinct left-padded prompts, reusing cached prefixes where :attr:`prefixes` has them."""
-        plan = self.prefixes.plan(ids, attn, self._shared_prefix_bank)
-        if plan is None:
-            width = ids.shape[1]
-            positions = (attn.cumsum(-1) - 1).clamp(min=0)
-            keys, values = self._empty_cache(len(ids), width)
-            logits = self._run(ids, positions, keys, values, 0, attn.bool())
-            return Prefill(keys, values, attn.bool(), ids, positions[:, -1] + 1, logits, int(attn.sum()))
-        reuse = plan.layout(self.pad_token_id)
-        del plan
-        reused = reuse.prefix_mask.shape[1]
-        keys, values = self._empty_cache(len(ids), reused + reuse.new_ids.shape[1])
-        for target, (k, v) in zip(zip(keys, values, strict=True), reuse.prefix_layers, strict=True):
-            target[0][:, :, :reused].copy_(k)
-            target[1][:, :, :reused].copy_(v)
-        valid = reuse.mask.bool()
-        logits = self._run(reuse.new_ids, reuse.new_positions, keys, values, reused, valid)
-        return Prefill(keys, values, valid, reuse.layout, reuse.next_positions, logits, reuse.tokens_run)
+        return prefill_prompts(ids, attn, self.prefixes, self._run, self._empty_cache, self.pad_token_id)
 
-    def _shared_prefix_bank(self, prefix: Tensor) -> KVBank:
-        """The one-row :class:`KVBank` of ``prefix [1, S]`` (a prefix every prompt of the call shares)."""
-        length = prefix.shape[1]
-        positions = torch.arange(length, device=prefix.device)[None]
-        keys, values = self._empty_cache(1, length)
-        self._run(prefix, positions, keys, values, 0, torch.ones_like(prefix, dtype=torch.bool))
-        return KVBank(prefix, torch.tensor([length], device=prefix.device), keys, values, positions)
+    def _empty_cache(self, rows: int, width: int) -> tuple[list[Tensor], list[Tensor]]:
+        return empty_cache(self.spec, rows, width, self.dtype, self.device)
 
     def _cached_rows(self, prefill: Prefill, fan_out: Tensor, total: int) -> KVBank:
         """The call's rows as the next call's prefixes: each slot's prompt block and the tokens it fed (all but its
