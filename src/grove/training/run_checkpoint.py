@@ -34,6 +34,7 @@ from grove.distributed.checkpoint_state import (
 )
 from grove.distributed.world import World, derived_seed
 from grove.infra import checkpoint as ckpt
+from grove.infra.run_lock import RunDirectoryLock, hold_run_directory
 from grove.infra.write_failures import reporting_write_failures
 from grove.training.policy_models import PolicyModels
 from grove.training.resume_config import ConfigChange, check_resumed_config, record_config_changes
@@ -87,15 +88,33 @@ def holds_run(run_dir: Path) -> bool:
     return bool(ckpt.list_checkpoints(run_dir)) or (run_dir / "metrics.jsonl").exists()
 
 
-def prepare_run_dir(cfg: GroveConfig, run_dir: Path, world: World, resume: bool) -> RunStart:
-    """Where the run starts, after checking or creating ``run_dir``."""
-    if resume:
-        return _resume_from(cfg, run_dir, world)
+def take_run_directory(run_dir: Path, world: World, resume: bool) -> RunDirectoryLock:
+    """``run_dir`` held by this run for its whole life (:mod:`grove.infra.run_lock`; rank 0 holds it for every rank):
+    a new run's directory is refused when it already holds a run, else created, then taken; a resumed run's is taken
+    as it is (one that does not exist is refused by :func:`prepare_run_dir`). Raises
+    :class:`grove.infra.run_lock.RunDirectoryBusy` when another process holds it."""
+    if not world.is_main:
+        return RunDirectoryLock(run_dir, None)
+    if not resume:
+        _refuse_a_run_there(run_dir)
+        with reporting_write_failures(run_dir / "config.yaml", "the run's config", "start the run again"):
+            run_dir.mkdir(parents=True, exist_ok=True)
+    return hold_run_directory(run_dir)
+
+
+def _refuse_a_run_there(run_dir: Path) -> None:
     if holds_run(run_dir):
         raise ConfigError(
             f"output_dir {str(run_dir)!r} already holds a run; continue it with "
             f"--resume {run_dir}, or choose a new one with --set output_dir=..."
         )
+
+
+def prepare_run_dir(cfg: GroveConfig, run_dir: Path, world: World, resume: bool) -> RunStart:
+    """Where the run starts, after checking or creating ``run_dir`` (taken by :func:`take_run_directory`)."""
+    if resume:
+        return _resume_from(cfg, run_dir, world)
+    _refuse_a_run_there(run_dir)
     if world.is_main:
         with reporting_write_failures(run_dir / "config.yaml", "the run's config", "start the run again"):
             run_dir.mkdir(parents=True, exist_ok=True)

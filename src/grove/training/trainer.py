@@ -54,6 +54,7 @@ from grove.training.run_checkpoint import (
     record_resumed_config,
     restore_run_checkpoint,
     save_run_checkpoint,
+    take_run_directory,
 )
 from grove.training.stop_signals import StopRequests
 from grove.training.supervised_stage import SupervisedFineTuning
@@ -97,6 +98,14 @@ class Trainer:
         stage_kind.check(cfg, self.world)
         check_config(cfg)  # a config built in code gets the checks a loaded one had
         preflight(cfg)  # user code and model names resolve before anything is written or loaded
+        self._run_lock = take_run_directory(run_dir, self.world, resume)  # one process at a time, for the run's life
+        try:
+            self._build(cfg, run_dir, resume, stage_kind)
+        except BaseException:
+            self._run_lock.release()
+            raise
+
+    def _build(self, cfg: GroveConfig, run_dir: Path, resume: bool, stage_kind: StageKind) -> None:
         start = prepare_run_dir(cfg, run_dir, self.world, resume)
         self.resume_from = start.checkpoint
         configure_runtime(**cfg.runtime_settings())
@@ -277,6 +286,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> TrainSummary:
+        """Train to the last step (or a stop request); the run directory is given up when it returns or raises."""
+        try:
+            return self._run()
+        finally:
+            self._run_lock.release()
+
+    def _run(self) -> TrainSummary:
         cfg, stage = self.cfg, self.stage
         start = time.perf_counter()
         if (self.step == 0 and cfg.eval.before_training) or self._periodic_evaluation_missing():
