@@ -367,8 +367,45 @@ def test_a_step_in_which_every_environment_copy_fails_stops_with_an_error_naming
     """Every copy's reset raises: no episode can take a turn, and the step says so instead of training on nothing."""
     source = env_source(policy, env_spec("{fault: raise, where: reset, all_tasks: true, name: broken}"))
     with pytest.raises(EnvironmentFailedError, match=r"environment 'broken': no episode of step 1 could take a turn: "
-                       r"every one of the \d+ failed \(the first: RuntimeError: faulty environment broke in reset\)"):
+                       r"every one of the \d+ episodes failed \(raised \d+; the first: RuntimeError: faulty "
+                       r"environment broke in reset\)"):
         source.collect(1)
+
+
+@pytest.mark.parametrize("fault", ["raise", "exit", "malformed", "hang"])
+def test_a_step_that_fails_in_every_copy_stops_the_command_instead_of_training_on_nothing(
+    tiny_model, tmp_path, fault, caplog
+):
+    """Every copy's ``step`` raises (exits, returns a malformed result, or hangs past ``env.step_timeout_s``) from the
+    first step on: each episode took one turn before failing, but none is left to learn from (every return is 0).
+    Such a step is warned and counted; ``train.max_skipped_steps`` of them in a row stop the command with one line
+    naming the environment and the kind of failure, exit 2, instead of training on nothing and exiting 0."""
+    spec = {"raise": "{fault: raise, where: step, all_tasks: true}", "exit": "{fault: exit, where: step, all_tasks: true}",
+            "malformed": "{fault: " + next(iter(MALFORMED_STEP)) + ", where: step, all_tasks: true}",
+            "hang": "{fault: hang, where: step, all_tasks: true, hang_s: 2}"}[fault]
+    extra = ", step_timeout_s: 0.3" if fault == "hang" else ""
+    out = tmp_path / "run"
+    result = invoke(["train", *env_args(tiny_model, out, env=env_spec(spec, extra=extra),
+                                        **{"train.steps": 4, "train.max_skipped_steps": 2,
+                                           "eval.before_training": False})])
+    assert result.exit_code == 2, (result.output, result.exception)
+    kind = {"raise": "raised", "exit": "exited", "malformed": "malformed", "hang": "timeout"}[fault]
+    line = " ".join(result.output.split())
+    assert "warning: environment 'faulty' failed in every copy of step 1: every one of the 6 episodes" in caplog.text
+    assert ("error: environment 'faulty' failed in every copy of 2 steps in a row (train.max_skipped_steps), so they "
+            f"had nothing to train on; in step 2 every one of the 6 episodes failed ({kind} 6; the first:") in line
+    assert "Traceback" not in result.output.split("error:")[-1]
+    assert [r["environment_failed_step"] for r in metrics(out)] == [1.0]
+
+
+def test_an_evaluation_in_which_every_episode_fails_is_an_error_not_zero_percent(tiny_model, tmp_path):
+    """The held-out evaluation before training: every episode's reset raises, so there is no success rate to report
+    (a 0 % would read as measured)."""
+    env = env_spec("{fault: raise, where: reset, all_tasks: true}")
+    result = invoke(["train", *env_args(tiny_model, tmp_path / "run", env=env, **{"eval.before_training": True})])
+    assert result.exit_code == 2, (result.output, result.exception)
+    line = " ".join(result.output.split())
+    assert "error: environment 'faulty': every one of the" in line and "of the held-out evaluation" in line
 
 
 # ------------------------------------------------------------------------------ hung environments
@@ -400,6 +437,8 @@ def test_threaded_calls_give_the_same_episodes_as_direct_calls(policy):
 
 
 def test_training_with_hung_environments_costs_one_timeout_per_turn(tiny_model, tmp_path):
+    """Every copy hangs in its first step: the step's three copies time out together (one timeout, not three); the
+    step is counted as one the environment failed in every copy of."""
     out = tmp_path / "run"
     env = env_spec("{fault: hang, where: step, all_tasks: true, hang_s: 4}", extra=", step_timeout_s: 1")
     overrides = {"env": env, "train.steps": 1, "train.prompts_per_step": 1, "eval.before_training": False,
@@ -407,5 +446,5 @@ def test_training_with_hung_environments_costs_one_timeout_per_turn(tiny_model, 
     result = invoke(["train", *env_args(tiny_model, out, **overrides)])
     assert result.exit_code == 0, (result.output, result.exception)
     (row,) = metrics(out)
-    assert row["environment_errors/timeout"] == 3
+    assert row["environment_errors/timeout"] == 3 and row["environment_failed_step"] == 1
     assert row["environment_seconds"] < 2.5, row["environment_seconds"]

@@ -117,7 +117,7 @@ def test_zero_and_skip_give_only_the_failing_samples_the_fallback(caplog):
         got = score(zero, completions, stats=stats)
         score(zero, completions, stats=stats)  # a second failing call: counted, not logged again
     assert got.tolist() == [4.0, 0.0, 2.0, 0.0]
-    assert stats == {"reward_errors/zeroed": 4.0, "reward_timeouts/zeroed": 0.0}
+    assert stats == {"reward_errors/zeroed": 4.0, "reward_timeouts/zeroed": 0.0, "reward_batch_retries/zeroed": 2.0}
     logged = [r for r in caplog.records if r.name == "grove.rewards"]
     assert len(logged) == 1
     message = logged[0].getMessage()
@@ -159,7 +159,7 @@ def test_process_isolation_scores_in_a_worker_and_recovers_a_raising_sample():
     assert score(spec, completions, stats=stats).tolist() == [4.0, 0.0, 2.0]
     assert stats == {
         "reward_errors/raises_on_bad": 1.0, "reward_timeouts/raises_on_bad": 0.0,
-        "reward_worker_restarts/raises_on_bad": 0.0,
+        "reward_worker_restarts/raises_on_bad": 0.0, "reward_batch_retries/raises_on_bad": 1.0,
     }
     pid = resolve_reward("faulty_rewards:pid", isolation="process")
     first = score(pid, ["a", "b"])
@@ -189,7 +189,8 @@ def test_a_hanging_reward_is_cut_off_and_its_worker_restarted(caplog):
         got = score(spec, ["x", "HANG here", "yz"], stats=stats)
     assert time.monotonic() - start < 10
     assert got.tolist() == [0.0, 0.0, 0.0]  # a timed-out batch fails as a whole (not re-run per sample)
-    assert stats == {"reward_errors/hangs": 3.0, "reward_timeouts/hangs": 1.0, "reward_worker_restarts/hangs": 0.0}
+    assert stats == {"reward_errors/hangs": 3.0, "reward_timeouts/hangs": 1.0, "reward_worker_restarts/hangs": 0.0,
+                     "reward_batch_retries/hangs": 0.0}
     assert "timed out after 2 s" in caplog.text
     stats = {}
     assert score(spec, ["abc"], stats=stats).tolist() == [3.0]  # a fresh worker

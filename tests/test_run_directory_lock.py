@@ -15,7 +15,6 @@ import pytest
 from typer.testing import CliRunner
 
 from grove.cli import app
-from grove.config import ConfigError
 from grove.infra.run_lock import RunDirectoryBusy, hold_run_directory
 from grove.models.tiny import create_tiny_model_dir
 
@@ -69,7 +68,7 @@ def test_a_second_run_is_refused_naming_the_holder_and_a_killed_holder_blocks_no
         assert resumed.exit_code == 2 and f"in use by process {first.pid}" in " ".join(resumed.output.split())
         import grove
 
-        with pytest.raises(ConfigError, match=f"in use by process {first.pid}"):
+        with pytest.raises(RunDirectoryBusy, match=f"in use by process {first.pid}"):
             grove.train("examples/arithmetic.yaml", overrides=[a for a in _settings(tiny_model, out) if a != "--set"]
                         + ["seed=7", ungated[1]], resume=True, plots=False)
         assert (out / "config.yaml").read_text() == config_before  # the refused runs wrote nothing

@@ -23,6 +23,7 @@ def user_error_types() -> tuple[type[Exception], ...]:
     from grove.envs.base import EnvironmentUnavailableError
     from grove.experience.env_failures import EnvironmentFailedError
     from grove.experience.step_results import MalformedEnvironmentResult
+    from grove.infra.run_lock import RunDirectoryBusy
     from grove.infra.write_failures import RunWriteError
     from grove.models.pretrained import ModelLoadError
     from grove.rewards.scoring import RewardFunctionError, RewardLoadError
@@ -34,7 +35,7 @@ def user_error_types() -> tuple[type[Exception], ...]:
     return (
         ConfigError, ModelLoadError, TaskDataError, PromptTooLongError, RewardFunctionError, RewardLoadError,
         UserCodeExit, RunWriteError, EnvironmentFailedError, MalformedEnvironmentResult, SftDataError,
-        EnvironmentUnavailableError,
+        EnvironmentUnavailableError, RunDirectoryBusy,
     )
 
 

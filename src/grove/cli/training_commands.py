@@ -167,7 +167,8 @@ def _print_summary(run_dir: Path, plots: list[Path] | None) -> None:
     losses = [(label, data[label]["held_out_loss"]) for label in ("before", "after")
               if data.get(label) and "held_out_loss" in data[label]]
     if losses:
-        console.print("held-out loss: " + ", ".join(f"{label} {value:.4f}" for label, value in losses))
+        shown = ", ".join(f"{label} {'n/a (not finite)' if value is None else f'{value:.4f}'}" for label, value in losses)
+        console.print("held-out loss: " + shown)
     if data.get("heads"):  # a reward model: its held-out agreement, and how a run uses it as a reward
         _print_agreement(data)
         console.print(f"reward model: {data['model']}  (heads {', '.join(data['heads'])}; score rollouts with it: "

@@ -17,7 +17,9 @@ task and reports the success rate with a 95% Wilson interval and the mean number
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +53,8 @@ from grove.rollout.engine import PromptTooLongError, context_length
 
 __all__ = ["EnvironmentSource"]
 
+log = logging.getLogger(__name__)
+
 
 class EnvironmentSource:
     """Episodes of ``cfg.env`` → batch with step table → advantages."""
@@ -78,6 +82,7 @@ class EnvironmentSource:
         self.group_size = cfg.train.completions_per_prompt
         a = cfg.algorithm
         self.max_rounds = a.dynamic_sampling.max_rounds if a.dynamic_sampling.enabled else 1
+        self.failed_steps_in_a_row = 0  # steps in which the environment failed in every copy
 
     # ------------------------------------------------------------------ prompts
     def _prompter(self, max_new_tokens: int) -> Prompter:
@@ -134,6 +139,7 @@ class EnvironmentSource:
         kept = [t for part in rounds.kept for t in part.trajectories]
         kept = [t for t in _renumber_groups(kept) if t.group < groups]
         _require_a_turn(kept, step, self.suite.name)
+        failed_everywhere = self._count_failed_step(kept, step)
         start = time.perf_counter()
         batch, scores = trajectories_to_batch(
             kept,
@@ -144,7 +150,8 @@ class EnvironmentSource:
         batch_seconds = time.perf_counter() - start  # the step table and anchor grouping included
         runs = [part.run for part in rounds.played]
         stats = self.world.mean_over_ranks(
-            {**self._stats(kept, runs, batch, rounds), "batch_seconds": batch_seconds},
+            {**self._stats(kept, runs, batch, rounds), "batch_seconds": batch_seconds,
+             "environment_failed_step": failed_everywhere},
             "rollout: episode statistics",
         )
         keep = self.ctx.cfg.logging.samples_per_step
@@ -158,6 +165,27 @@ class EnvironmentSource:
             samples,
             scores=scores,
         )
+
+    def _count_failed_step(self, kept: list[Trajectory], step: int) -> float:
+        """1.0 when the environment failed in every copy of this step (on every rank): the step has nothing to learn
+        from (every return is 0), which is warned; ``train.max_skipped_steps`` such steps in a row stop the run
+        with :class:`EnvironmentFailedError`. 0.0 otherwise (and the count starts again)."""
+        survived = any(not t.failed for t in kept)
+        if self.world.any(survived, "rollout: environment failures") or not kept:
+            self.failed_steps_in_a_row = 0
+            return 0.0
+        self.failed_steps_in_a_row += 1
+        limit = self.ctx.cfg.train.max_skipped_steps
+        what = _every_copy_failed(kept)
+        if self.failed_steps_in_a_row >= limit:
+            raise EnvironmentFailedError(
+                f"environment {self.suite.name!r} failed in every copy of {limit} steps in a row "
+                f"(train.max_skipped_steps), so they had nothing to train on; in step {step} {what}; the warnings above "
+                "hold the environment's traceback"
+            )
+        log.warning("warning: environment %r failed in every copy of step %d: %s; the step has nothing to train on",
+                    self.suite.name, step, what)
+        return 1.0
 
     def _stats(
         self, kept: list[Trajectory], runs: list[EpisodeRun], batch: RolloutBatch, rounds: InformativeRounds
@@ -197,6 +225,7 @@ class EnvironmentSource:
                 run = self.play([(t, t) for t in chunk], copies, sampling, generator)
                 trajectories.extend(run.trajectories)
                 tokens += run.generated_tokens
+        _require_an_outcome(trajectories, self.suite.name)
         return trajectories, tokens
 
     def _eval_metrics(self, trajectories: list[Trajectory]) -> dict[str, float]:
@@ -264,8 +293,8 @@ class EnvironmentSource:
 
 def _require_a_turn(trajectories: list[Trajectory], step: int, env_name: str) -> None:
     """A step needs one turn to train on. When no episode took one, say why instead of training on nothing:
-    every context was too long for the model (:class:`PromptTooLongError`), or every environment copy failed
-    (:class:`EnvironmentFailedError`)."""
+    every context was too long for the model (:class:`PromptTooLongError`), or every environment copy failed before
+    its first turn (:class:`EnvironmentFailedError`)."""
     if not trajectories or any(t.samples for t in trajectories):
         return
     overflows = [t.overflow for t in trajectories if t.overflow is not None]
@@ -277,12 +306,28 @@ def _require_a_turn(trajectories: list[Trajectory], step: int, env_name: str) ->
             f"that {first.budget} leaves). Shorten the environment's instructions or observations, lower "
             "rollout.max_new_tokens or env.history, or use a model with a longer context"
         )
-    failed = next((t for t in trajectories if t.failed), None)
     raise EnvironmentFailedError(
-        f"environment {env_name!r}: no episode of step {step} could take a turn: every one of the "
-        f"{len(trajectories)} failed" + (f" (the first: {failed.error})" if failed is not None else "")
-        + "; the warnings above hold the environment's traceback"
+        f"environment {env_name!r}: no episode of step {step} could take a turn: {_every_copy_failed(trajectories)}; "
+        "the warnings above hold the environment's traceback"
     )
+
+
+def _require_an_outcome(trajectories: list[Trajectory], env_name: str) -> None:
+    """A held-out evaluation measures nothing when the environment failed in every episode: an error, not 0 %."""
+    if trajectories and all(t.failed for t in trajectories):
+        raise EnvironmentFailedError(
+            f"environment {env_name!r}: {_every_copy_failed(trajectories)} of the held-out evaluation, so there is "
+            "no success rate to report; the warnings above hold the environment's traceback"
+        )
+
+
+def _every_copy_failed(trajectories: list[Trajectory]) -> str:
+    """``"every one of the 8 episodes failed (timeout 8; the first: ...)"``, the failures counted by kind."""
+    kinds = Counter(t.error_kind or "raised" for t in trajectories if t.failed)
+    first = next((t for t in trajectories if t.failed), None)
+    counted = ", ".join(f"{kind} {count}" for kind, count in kinds.items())
+    return (f"every one of the {len(trajectories)} episodes failed ({counted}"
+            + (f"; the first: {first.error}" if first is not None else "") + ")")
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grove.config import ConfigError
-
 __all__ = ["RunDirectoryBusy", "RunDirectoryLock", "hold_run_directory"]
 
 try:
@@ -28,8 +26,8 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
 
-class RunDirectoryBusy(ConfigError):
-    """Another process holds the run directory."""
+class RunDirectoryBusy(RuntimeError):
+    """Another process holds the run directory (the command line prints it as one ``error:`` line, exit 2)."""
 
 
 class RunDirectoryLock:

@@ -51,8 +51,10 @@ class RewardSpec:
     isolation: Isolation = "none"
     timeout_s: float | None = None
     worker: RewardWorker | None = field(default=None, compare=False, repr=False)
-    # run state: whether this reward's first failure has been logged (once per run, i.e. per resolved spec)
+    # run state: whether this reward's first failure and first failed batch call have been logged (once per run,
+    # i.e. per resolved spec)
     _failure_logged: list[bool] = field(default_factory=lambda: [False], init=False, compare=False, repr=False)
+    _batch_retry_logged: list[bool] = field(default_factory=lambda: [False], init=False, compare=False, repr=False)
 
     @property
     def tolerant(self) -> bool:

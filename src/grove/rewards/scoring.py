@@ -29,9 +29,12 @@ Failures, hangs and crashes (per reward: ``on_error``, ``isolation``, ``timeout_
 * ``on_error: zero`` / ``skip``: a sample the reward raised on (or returned a malformed / NaN / inf value for)
   gets 0.0 / NaN ("does not apply") in the reward's columns instead of stopping the run. If the batch call failed,
   the batch is re-scored one sample at a time so only the failing samples get the fallback. Failed samples,
-  timeouts and worker restarts are counted into ``stats`` (``reward_errors/<name>``, ``reward_timeouts/<name>``,
-  ``reward_worker_restarts/<name>``); each reward's first failure is logged once, with its traceback, on the
-  ``grove.rewards`` logger.
+  batch calls re-scored one sample at a time (even where every sample then scores), timeouts and worker restarts
+  are counted into ``stats`` (``reward_errors/<name>``, ``reward_batch_retries/<name>``,
+  ``reward_timeouts/<name>``, ``reward_worker_restarts/<name>``); each reward's first failure is logged once, with
+  its traceback, on the ``grove.rewards`` logger, and so is its first failed batch call whose samples then all
+  scored alone (a reward that fails only on a whole batch costs one call per sample, and may score a sample
+  differently alone than in a batch).
 * ``isolation: process``: the reward runs in its own long-lived worker process
   (:mod:`grove.infra.reward_workers`), so a segfault or ``os._exit`` kills only the worker (restarted for the
   next call), and ``timeout_s`` can cut a hanging call off (the worker is killed). A batch call that timed out
@@ -181,24 +184,39 @@ def _score_strict(
         raise RewardFunctionError(f"{where} {e}") from None
 
 
+def _traceback(error: BaseException) -> str:
+    """The traceback of a reward's exception (the worker's, for one raised in a worker; none for a timeout or a
+    dead worker)."""
+    if isinstance(error, RemoteRewardError):
+        return error.remote_traceback
+    if isinstance(error, RewardWorkerError):
+        return ""
+    return "".join(traceback.format_exception(error))
+
+
 @dataclass
 class _Failures:
-    """What went wrong while one reward scored one batch: failed samples (index → reason), timed-out calls, and
-    the first failure's traceback (for the once-per-run log)."""
+    """What went wrong while one reward scored one batch: failed samples (index → reason), timed-out calls, the
+    first failure's traceback (for the once-per-run log) and why the batch call failed when the batch was re-scored
+    one sample at a time (its traceback too)."""
 
     samples: dict[int, str] = field(default_factory=dict)
     timeouts: int = 0
     first_traceback: str = ""
+    batch_failure: str = ""
+    batch_traceback: str = ""
 
     def add(self, i: int, reason: str, error: BaseException | None = None) -> None:
         self.samples.setdefault(i, reason)
         if isinstance(error, RewardCallTimeout):
             self.timeouts += 1
         if len(self.samples) == 1 and not self.first_traceback and error is not None:
-            if isinstance(error, RemoteRewardError):
-                self.first_traceback = error.remote_traceback
-            elif not isinstance(error, RewardWorkerError):
-                self.first_traceback = "".join(traceback.format_exception(error))
+            self.first_traceback = _traceback(error)
+
+    def retry(self, failure: str, error: BaseException | None = None) -> None:
+        """The batch call failed (``failure``: how) and the batch is re-scored one sample at a time."""
+        self.batch_failure = failure
+        self.batch_traceback = _traceback(error) if error is not None else ""
 
 
 def _value_row(spec: RewardSpec, values: Any, detail: str) -> list[float]:
@@ -248,16 +266,18 @@ def _score_tolerant(
             return [list(fallback) for _ in range(n)], failures
         except RewardWorkerStartError:
             raise
-        except Exception:  # noqa: BLE001 - raised, or the worker died: find the failing samples
+        except Exception as e:  # noqa: BLE001 - raised, or the worker died: find the failing samples
+            failures.retry(f"{_verb(e)} on the batch of {n} samples: {_describe(e)}", e)
             return _score_each(spec, prompts, completions, cols, fallback, failures), failures
         try:
             return value_rows(
                 values, n, spec.objectives, lambda i: sample_detail(prompts, completions, i), spec.unselected
             ), failures
-        except RewardValueError:
-            pass
+        except RewardValueError as e:
+            malformed = str(e)
         listed = values.tolist() if hasattr(values, "tolist") and not isinstance(values, list | tuple) else values
         if not isinstance(listed, list | tuple) or len(listed) != n:  # malformed as a whole: one sample per call
+            failures.retry(malformed)
             return _score_each(spec, prompts, completions, cols, fallback, failures), failures
         rows = []
         for i, value in enumerate(listed):  # only the bad values fail
@@ -283,6 +303,22 @@ def _report(spec: RewardSpec, failures: _Failures, where: str, n: int) -> None:
         "of this reward are only counted (metrics reward_errors/%s, reward_timeouts/%s).%s",
         where, len(failures.samples), n, first, spec.on_error, gets, spec.name, spec.name,
         f"\n{failures.first_traceback.rstrip()}" if failures.first_traceback else "",
+    )
+
+
+def _report_retry(spec: RewardSpec, failures: _Failures, where: str) -> None:
+    """Log, with its traceback, a reward's first batch call of the run that failed although every sample of the
+    batch then scored alone (a failure no sample explains, which re-scoring would otherwise hide); later ones are
+    only counted. A batch some samples fail alone on is reported by :func:`_report`."""
+    if not failures.batch_failure or failures.samples or spec._batch_retry_logged[0]:
+        return
+    spec._batch_retry_logged[0] = True
+    log.warning(
+        "%s %s, but every sample scored when called alone: the batch was re-scored one sample at a time (one call "
+        "per sample) and the run goes on. A reward should score a batch as it scores its samples one by one: fix "
+        "its batch call. Later re-scored batches of this reward are only counted (metric reward_batch_retries/%s).%s",
+        where, failures.batch_failure, spec.name,
+        f"\n{failures.batch_traceback.rstrip()}" if failures.batch_traceback else "",
     )
 
 
@@ -313,6 +349,7 @@ def compute_rewards(
         when: says when instead, for scoring outside a training step (e.g. ``"in the evaluation before training"``).
         stats: when given, per reward with a non-default ``on_error`` or ``isolation``, this call's counts are
             added to ``reward_errors/<name>`` (samples that got the ``on_error`` fallback),
+            ``reward_batch_retries/<name>`` (batch calls that failed, the batch then re-scored one sample at a time),
             ``reward_timeouts/<name>`` (calls cut off by ``timeout_s``) and, under isolation,
             ``reward_worker_restarts/<name>`` (worker processes started after the first).
         skipped: when given, the indices of the samples some reward with ``on_error: skip`` failed on (their
@@ -356,7 +393,9 @@ def compute_rewards(
             if spec.worker is not None:
                 _add(stats, f"reward_worker_restarts/{spec.name}", spec.worker.restarts - restarts)
         _report(spec, failures, where, n)
+        _report_retry(spec, failures, where)
         _add(stats, f"reward_errors/{spec.name}", len(failures.samples))
+        _add(stats, f"reward_batch_retries/{spec.name}", bool(failures.batch_failure))
         _add(stats, f"reward_timeouts/{spec.name}", failures.timeouts)
         if skipped is not None and spec.on_error == "skip":
             skipped.update(failures.samples)

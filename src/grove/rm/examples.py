@@ -14,6 +14,8 @@ the same way.
 * ``regression``: ``{prompt, completion, <rm.labels_column>: {head: value}}``; an example is one sequence and one
   target per head (``NaN`` where the row gives no value: masked out of the loss).
 
+A label or margin must be a number finite in float32 (the targets' type): ``1e40`` is refused like ``NaN``.
+
 Every problem is a :class:`grove.sft.data_files.SftDataError` naming the file, the line, the field and the fix.
 """
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grove.rewards.reward_model_loading import reward_model_text
+from grove.rewards.values import FLOAT32_MAX
 from grove.sft.data_files import SftDataError, json_kind, read_rows
 
 __all__ = ["RmExample", "RowReader"]
@@ -162,9 +165,16 @@ class RowReader:
         return self._number(origin, value, self.margin_column)
 
     def _number(self, origin: str, value: Any, where: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or isinstance(value, float) and not math.isfinite(value):
             raise SftDataError(f"{origin}: {where} must be a finite number, got {json_kind(value)} {value!r}: fix "
                                "the value (null marks a missing label)")
+        if abs(value) > FLOAT32_MAX:
+            shown = f"{value:g}" if isinstance(value, float) or value.bit_length() <= 1024 else "beyond 1e308"
+            raise SftDataError(
+                f"{origin}: {where} is {shown}, beyond float32 (largest magnitude {FLOAT32_MAX:.4g}), the type the "
+                "model trains in, where it would be infinite: scale the values down"
+            )
         return float(value)
 
     def _labels(self, origin: str, row: dict[str, Any]) -> dict[str, Any]:

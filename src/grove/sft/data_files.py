@@ -8,6 +8,10 @@ and nothing goes over the network:
 * ``.json``: an array of objects (origin: the index + 1) or one object per line, like ``.jsonl``;
 * ``.parquet``: one row per table row (origin: the row number, 1-based).
 
+A JSON file must be UTF-8 text (a byte-order mark at its start is allowed), as for the ``jsonl`` task: a byte that
+is not is an error naming the line, never replaced. Lines end at LF, CR LF or CR only: U+2028, U+0085
+and the like are text inside a JSON string, as ``json.dumps(..., ensure_ascii=False)`` writes them.
+
 When ``datasets`` cannot read a JSON file (a malformed line, a line that is not an object, values whose types
 change between rows, which Arrow cannot put in one column), the file is read line by line with :mod:`json`
 instead, so the error names the line. ``datasets`` fills keys a row lacks (also inside nested objects such as chat
@@ -16,6 +20,7 @@ messages) with ``None``: callers treat a ``None`` value as an absent key, as TRL
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import tempfile
@@ -40,7 +45,7 @@ def read_rows(path: str | Path) -> list[Row]:
     """Every row of the data file ``path`` with its origin ``"path:line"``, in file order.
 
     Raises :class:`SftDataError` for a missing file, a directory, an unknown file ending, an empty file, an
-    unreadable file, a malformed JSON line and a row that is not a JSON object.
+    unreadable file, a JSON file that is not UTF-8 text, a malformed JSON line and a row that is not a JSON object.
     """
     path = Path(path)
     accepted = ", ".join(DATA_SUFFIXES)
@@ -110,13 +115,13 @@ class _DatasetsFailed(Exception):
 
 
 def _json_rows(path: Path) -> list[Row]:
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = _utf8_text(path)
     stripped = text.lstrip()
     if not stripped:
         return []
     is_array = path.suffix.lower() == ".json" and stripped.startswith("[")
     # line numbers of the non-blank lines: the i-th JSON-lines row is on the i-th of them
-    lines = [n + 1 for n, line in enumerate(text.splitlines()) if line.strip()]
+    lines = [n + 1 for n, line in enumerate(_lines(text)) if line.strip()]
     try:
         loaded = _load_with_datasets("json", path)
     except _DatasetsFailed:
@@ -125,6 +130,31 @@ def _json_rows(path: Path) -> list[Row]:
         where = range(1, len(loaded) + 1) if is_array else lines
         return [(f"{path}:{n}", row) for n, row in zip(where, loaded, strict=True)]
     return _array_rows(path, text) if is_array else _line_rows(path, text)
+
+
+def _utf8_text(path: Path) -> str:
+    """The file's text; :class:`SftDataError` naming the line of the first byte that is not UTF-8."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SftDataError(f"{path}: cannot read the data file: {exc.strerror or exc}") from None
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[bom:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = bom + exc.start
+        before = data[:start]
+        line = before.replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b"\n") + 1
+        column = start - max(before.rfind(b"\n"), before.rfind(b"\r")) - 1
+        raise SftDataError(
+            f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {column} of the line); save the file as UTF-8"
+        ) from None
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of ``text``, split at LF, CR LF and CR (as JSON-lines readers do), not at the other
+    characters :meth:`str.splitlines` breaks at, which a JSON string may hold."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
 def _array_rows(path: Path, text: str) -> list[Row]:
@@ -145,7 +175,7 @@ def _array_rows(path: Path, text: str) -> list[Row]:
 
 def _line_rows(path: Path, text: str) -> list[Row]:
     rows: list[Row] = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(_lines(text), start=1):
         if not line.strip():
             continue
         try:

@@ -99,18 +99,8 @@ def read_jsonl_lines(path: str, field: str | None = None) -> list[tuple[int, dic
     unreadable file, text that is not UTF-8, invalid JSON, or a line that is not a JSON object.
     """
     p = _existing(path, "JSONL file", field)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise TaskDataError(f"{path}: cannot read the JSONL file: {e.strerror or e}") from None
     rows: list[tuple[int, dict[str, Any]]] = []
-    for lineno, raw in enumerate(data.splitlines(), 1):
-        try:
-            line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-            raise TaskDataError(
-                f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {e.start} of the line); save the file as UTF-8"
-            ) from None
+    for lineno, line in _text_lines(path, p, "JSONL"):
         if not line.strip():
             continue
         try:
@@ -128,6 +118,24 @@ def read_jsonl_lines(path: str, field: str | None = None) -> list[tuple[int, dic
             )
         rows.append((lineno, row))
     return rows
+
+
+def _text_lines(path: str, p: Path, kind: str) -> list[tuple[int, str]]:
+    """``(line number, text)`` of each line of the text file ``p`` (a byte-order mark at its start dropped); a line
+    that is not UTF-8 is a :class:`TaskDataError` naming the file and the line."""
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise TaskDataError(f"{path}: cannot read the {kind} file: {e.strerror or e}") from None
+    lines = []
+    for lineno, raw in enumerate(data.splitlines(), 1):
+        try:
+            lines.append((lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")))
+        except UnicodeDecodeError as e:
+            raise TaskDataError(
+                f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {e.start} of the line); save the file as UTF-8"
+            ) from None
+    return lines
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
@@ -284,6 +292,8 @@ def _load_local(path: str, params: HFDatasetTaskParams, split: str | None) -> li
                 )
     if fmt != "disk" and p.is_dir():
         raise TaskDataError(f"{path!r} is a directory; format {fmt!r} expects a file")
+    if fmt in ("json", "csv"):  # text: datasets would fail on a byte that is not UTF-8 without naming its line
+        _text_lines(path, p, fmt.upper())
     try:
         if fmt == "disk":
             loaded = datasets.load_from_disk(str(p))
