@@ -342,6 +342,24 @@ def test_a_megabyte_observation_is_measured_once_and_finishes_quickly(policy, ov
     assert all(len(s.prompt_ids) <= 508 for t in run.trajectories for s in t.samples)
 
 
+@pytest.mark.parametrize("prompt", ["per_step", "conversation"])
+@pytest.mark.parametrize("overflow", ["end", "truncate_observation"])
+def test_a_50_megabyte_observation_costs_what_a_context_sized_one_does(policy, prompt, overflow, caplog):
+    """No copy tokenizes a 50 MB observation whole: one that cannot fit ends its trajectory (a lower bound of its
+    tokens in the warning) or keeps its end, the work bounded by the context."""
+    source = env_source(policy, _long(prompt, overflow, chars=50_000_000, name=f"huge-{prompt}-{overflow}"))
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="grove.experience"):
+        run = source.play([(1, 11)], 3, source.sampling)
+    assert time.monotonic() - start < 10
+    assert all(len(s.prompt_ids) <= 508 for t in run.trajectories for s in t.samples)
+    if overflow == "end":
+        assert all(t.context_overflow and len(t.turns) == 1 for t in run.trajectories)
+        assert "the context of turn 2 is at least " in caplog.text
+    else:  # the end of the observation was shown: the episodes went on past it
+        assert all(len(t.turns) >= 2 for t in run.trajectories)
+
+
 @pytest.mark.parametrize("overflow", ["end", "truncate_observation"])
 def test_training_on_observations_longer_than_the_context(tiny_model, tmp_path, overflow):
     out = tmp_path / "run"

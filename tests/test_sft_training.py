@@ -231,3 +231,20 @@ def test_grove_view_reports_a_real_sft_run(setup, tmp_path):
     assert contents.kind == "sft" and [e["step"] for e in contents.evals] == [0, 2]
     assert all("held_out_loss" in e for e in contents.evals)
     assert build_report(out, tmp_path / "view") == tmp_path / "view" / "index.html"
+
+
+@pytest.mark.parametrize("bad", [10**6, -1])
+def test_a_demonstration_id_outside_the_vocabulary_is_one_error_naming_the_line(setup, tmp_path, bad):
+    from grove.sft.demonstration_format import tokenizer_fingerprint
+
+    root, tiny, _, _ = setup
+    _, tokenizer = load_policy(tiny)
+    good = {"prompt_ids": [5, 6, 7], "completion_ids": [8, 9], "completion_mask": [1, 1],
+            "tokenizer": tokenizer_fingerprint(tokenizer)}
+    data = _write(tmp_path / "demos.jsonl", [good, {**good, "completion_ids": [8, bad]}])
+    config = tmp_path / "c.yaml"
+    config.write_text(dump_config(_cfg(tiny, data, tmp_path / "run", 1)))
+    result = CliRunner().invoke(app, ["sft", str(config)])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"{data}:2: completion_ids holds the token id {bad}, outside this tokenizer's vocabulary" in text, text

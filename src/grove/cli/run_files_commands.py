@@ -22,6 +22,9 @@ def demos(
     ] = 0.0,
     keep: Annotated[str, typer.Option("--keep", help="'won': only the episodes that succeeded; 'all': every one.")] = "won",
     seed: Annotated[int, typer.Option("--seed", help="Seeds the order of the training tasks and the noise.")] = 0,
+    progress_every: Annotated[
+        float, typer.Option("--progress-every", min=0.0, help="Seconds between progress lines on stderr (0: none).")
+    ] = 10.0,
     set_: SetOption = None,
 ) -> None:
     """Expert demonstrations of the config's environment (its oracle) or task (its gold answers), on training tasks
@@ -29,14 +32,19 @@ def demos(
     if keep not in ("won", "all"):
         fail(f"--keep {keep!r}: choose 'won' or 'all'")
     cfg = load_for_command(config, set_)
+    import signal
     from types import SimpleNamespace
 
     from transformers import AutoConfig, AutoTokenizer
 
-    from grove.demos import write_demonstrations
+    from grove.demos import DemonstrationsInterrupted, write_demonstrations
     from grove.models.pretrained import resolve_model_path
     from grove.rollout.engine import context_length
 
+    def report(line: str) -> None:
+        err.print(line, markup=False, highlight=False)
+
+    interrupted = 128 + signal.SIGINT.value
     try:
         path = resolve_model_path(cfg.model.name)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -44,9 +52,14 @@ def demos(
         summary = write_demonstrations(
             cfg, tokenizer, out, episodes=episodes, noise=noise, keep=keep, seed=seed,
             model_context=context_length(SimpleNamespace(config=model_config), tokenizer),  # no weights needed
+            progress=report, progress_every_s=progress_every,
         )
     except (*user_error_types(), ValueError, OSError) as exc:
         fail(user_message(exc))
+    except DemonstrationsInterrupted as exc:
+        fail(f"{exc}; run it again (fewer --episodes make a shorter run)", code=interrupted)
+    except KeyboardInterrupt:
+        fail(f"interrupted (Ctrl-C) while loading the tokenizer; nothing was written to {out}", code=interrupted)
     console.print(summary.describe())
 
 
@@ -71,11 +84,12 @@ def export(
     checkpoint copied; loadable with AutoModelForCausalLM.from_pretrained, without grove or peft."""
     from rich.markup import escape
 
+    from grove.infra.write_failures import RunWriteError
     from grove.training.checkpoint_export import export_checkpoint
 
     try:
         path = export_checkpoint(checkpoint_dir, out_dir)
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+    except (FileNotFoundError, FileExistsError, ValueError, RunWriteError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from None
     console.print(str(path), markup=False, highlight=False, soft_wrap=True)

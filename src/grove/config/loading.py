@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from grove.config.components import not_finite
 from grove.config.presets import PRESETS, expand_preset
 from grove.config.schema import GroveConfig
 
@@ -64,13 +65,51 @@ def _yaml_problem(exc: BaseException) -> tuple[str, str]:
     return " ".join(str(exc).split()) or type(exc).__name__, ""
 
 
+#: the most values the aliases (``*name``) of a YAML text may add to it: each alias repeats its anchored value, so a
+#: few lines of aliases of aliases (a "billion laughs" text) would stand for billions of values
+ALIAS_EXPANSION_LIMIT = 10_000
+
+
 def _parse_yaml(text: str) -> Any:
-    """The data of a YAML text; a key given twice in one mapping is a :class:`ConfigError` (YAML would silently keep
-    the last value)."""
-    duplicate = _duplicate_key(yaml.compose(text, Loader=_ConfigLoader))
-    if duplicate:
-        raise ConfigError(duplicate)
+    """The data of a YAML text; a key given twice in one mapping, or aliases that repeat values beyond
+    :data:`ALIAS_EXPANSION_LIMIT`, is a :class:`ConfigError` (YAML would silently keep the last value; the repeated
+    values would take hours to check)."""
+    root = yaml.compose(text, Loader=_ConfigLoader)
+    problem = _alias_expansion_problem(root) or _duplicate_key(root)
+    if problem:
+        raise ConfigError(problem)
     return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _alias_expansion_problem(root: yaml.Node | None) -> str | None:
+    """Where the aliases of ``root``'s tree add more than :data:`ALIAS_EXPANSION_LIMIT` values: a message naming the
+    line of the value repeated most. Each node is counted once (its expanded size remembered), so the count takes
+    as long as the text is long, however far the aliases expand."""
+    sizes: dict[int, int] = {}
+    most: list[yaml.Node] = []  # the largest value reached again through an alias
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            if not most or sizes[id(node)] > sizes[id(most[0])]:
+                most[:] = [node]
+            return sizes[id(node)]
+        sizes[id(node)] = 1  # a recursive alias counts once here (reported as such once loaded)
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(key) + size(value) for key, value in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(item) for item in node.value)
+        else:
+            total = 1
+        sizes[id(node)] = total
+        return total
+
+    if root is None or size(root) - len(sizes) <= ALIAS_EXPANSION_LIMIT:
+        return None
+    line = most[0].start_mark.line + 1
+    return (
+        f"line {line}: YAML aliases (*name) repeat the value anchored there until they add more than "
+        f"{ALIAS_EXPANSION_LIMIT:,} values to the config (an alias bomb); write the values out, or use fewer aliases"
+    )
 
 
 def _duplicate_key(node: yaml.Node | None, path: str = "", visited: set[int] | None = None) -> str | None:
@@ -106,10 +145,14 @@ def _duplicate_key(node: yaml.Node | None, path: str = "", visited: set[int] | N
     return None
 
 
-def _plain_data_problem(value: Any, path: str, ancestors: tuple[int, ...] = ()) -> str | None:
+def _plain_data_problem(
+    value: Any, path: str, ancestors: tuple[int, ...] = (), visited: set[int] | None = None
+) -> str | None:
     """Where ``value`` is not plain data (a recursive alias such as ``&a [*a]``, a string that is not valid
-    Unicode such as ``"\\ud800"``): a message naming the key, else ``None``."""
+    Unicode such as ``"\\ud800"``): a message naming the key, else ``None``. A list or mapping that aliases share is
+    looked at once."""
     where = path or "(top level)"
+    visited = set() if visited is None else visited
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -118,13 +161,16 @@ def _plain_data_problem(value: Any, path: str, ancestors: tuple[int, ...] = ()) 
     if isinstance(value, dict | list):
         if id(value) in ancestors:
             return f"{where}: a recursive YAML alias (the value contains itself)"
+        if id(value) in visited:
+            return None
+        visited.add(id(value))
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, child in items:
             if isinstance(value, dict) and key is None:
                 return f"{where}: a key with no name (YAML `? ` or `: value` alone); write `name: value`"
             child_path = f"{path}.{key}" if path else str(key)
             found = _plain_data_problem(key, where, ()) if isinstance(key, str) else None
-            found = found or _plain_data_problem(child, child_path, (*ancestors, id(value)))
+            found = found or _plain_data_problem(child, child_path, (*ancestors, id(value)), visited)
             if found:
                 return found
     return None
@@ -201,6 +247,8 @@ def format_validation_error(exc: ValidationError) -> str:
             close = difflib.get_close_matches(str(err["loc"][-1]), allowed, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             lines.append(f"{loc}: unknown key.{hint} Allowed keys here: {', '.join(allowed)}")
+        elif err["type"] == "finite_number":
+            lines.append(f"{loc}: {not_finite(err['input'])}")
         elif err["type"] == "literal_error":
             lines.append(f"{loc}: {err['msg']} (got {_short_repr(err['input'])})")
         elif err["type"] == "value_error":

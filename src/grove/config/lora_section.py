@@ -22,7 +22,7 @@ def head_targets(target_modules: list[str] | tuple[str, ...]) -> list[str]:
 class LoraSettings(BaseModel):
     """LoRA hyper-parameters: ``W x + (alpha / r) · B A x`` on each targeted projection, ``A``: r×in, ``B``: out×r."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     r: int = Field(8, ge=1, description="Adapter rank r (A: r×in, B: out×r per targeted projection).")
     alpha: float = Field(16.0, gt=0, description="LoRA alpha; the adapter output is scaled by alpha / r.")

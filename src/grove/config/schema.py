@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from grove.config.algorithm import AlgorithmConfig
 from grove.config.components import ComponentSpec
@@ -32,7 +32,11 @@ from grove.config.sections import (
 )
 from grove.config.sft_section import SftConfig
 
-__all__ = ["GroveConfig"]
+__all__ = ["MAX_SEED", "GroveConfig"]
+
+#: the largest ``seed``: NumPy's generators take seeds below 2**32, and the seeds a run derives from it (per rank,
+#: per resumed step) stay within the 64 bits torch's generators take
+MAX_SEED = 2**32 - 1
 
 
 class GroveConfig(Section):
@@ -40,8 +44,13 @@ class GroveConfig(Section):
         default_factory=list,
         description="Python modules imported before components are looked up (your own estimators, losses, rewards, tasks).",
     )
-    seed: int = Field(0, description="Seeds Python, NumPy, torch and the sampling generator.")
-    output_dir: str = Field("runs/run", description="The run directory (metrics, samples, checkpoints, plots).")
+    seed: int = Field(
+        0,
+        description=f"Seeds Python, NumPy, torch and the sampling generator: an integer from 0 to {MAX_SEED} (2**32 - 1).",
+    )
+    output_dir: str = Field(
+        "runs/run", description="The run directory (metrics, samples, checkpoints, plots); not empty."
+    )
     threads: int | None = Field(None, ge=1, description="torch CPU threads (null: all cores).")
     host_allocator: Literal["retain", "system"] = Field(
         "retain",
@@ -93,6 +102,29 @@ class GroveConfig(Section):
         None,
         description="Reward-model training with `grove rm` (docs/reward-model-training.md); `grove train` ignores it.",
     )
+
+    @field_validator("seed")
+    @classmethod
+    def _seed_in_range(cls, value: int) -> int:
+        if not 0 <= value <= MAX_SEED:
+            digits = str(value)
+            shown = digits if len(digits) <= 40 else f"{digits[:20]}... ({len(digits)} digits)"
+            raise ValueError(
+                f"{shown} is outside the seeds grove takes (NumPy's and torch's generators, and the seeds derived "
+                f"from it); give an integer from 0 to {MAX_SEED} (2**32 - 1)"
+            )
+        return value
+
+    @field_validator("output_dir")
+    @classmethod
+    def _output_dir_is_a_path(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError(
+                "empty: the run would be written into the working directory; give a directory, e.g. runs/my-run"
+            )
+        if "\x00" in value:
+            raise ValueError(f"{value!r} holds a NUL character (\\x00), which no path can; remove it")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> GroveConfig:

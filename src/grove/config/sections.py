@@ -13,9 +13,10 @@ from grove.core.keep_ratio_schedules import KeepRatioSchedule
 
 
 class Section(BaseModel):
-    """Base of every section: unknown keys are errors, assignments are validated."""
+    """Base of every section: unknown keys are errors, assignments are validated, and a number must be finite
+    (YAML reads ``.inf``, ``.nan`` and ``1e400`` as floats: a learning rate of inf would turn the weights to NaN)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ModelConfig(Section):

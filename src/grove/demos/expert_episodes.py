@@ -16,12 +16,19 @@ An episode ends when the environment says ``done``, after ``env.max_turns`` turn
 ``None`` (not won), or when the next context would not fit the model (``env.prompt_overflow``, as in a rollout).
 The oracle is asked after ``reset`` and right after each ``step``, so an episode it gives up on ends with the turn
 just taken, as a rollout cut there would (a conversation gets no further observation).
+
+The environment's ``reset``, ``step`` and ``oracle_action`` run as a rollout runs them
+(:class:`grove.experience.env_calls.EnvironmentCalls`): with ``env.step_timeout_s`` set, a call that does not
+return in time ends its episode, which is counted and left out of the file, and the next episode goes on. A call
+that raises (or returns something malformed) stops the demonstrations with a :class:`DemonstrationError` naming
+the environment, the call, the episode and the turn: a demonstration needs an expert that works.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,23 +36,57 @@ import torch
 
 from grove.config import GroveConfig
 from grove.demos.action_text import action_text, checked_action
+from grove.demos.demo_progress import DemoProgress
 from grove.demos.rows import action_ids, demonstration_row
-from grove.demos.summary import DemoCounts
+from grove.demos.summary import DemoCounts, nothing_to_write
 from grove.envs import build_environment
 from grove.envs.base import Environment, Observation
+from grove.experience.env_calls import EnvironmentCalls, EnvironmentTimeout
 from grove.experience.episode_records import Prompter, SampleTokens, Turn
 from grove.experience.prompters import build_prompter
-from grove.experience.step_results import checked_observation, checked_transition
+from grove.experience.step_results import MalformedEnvironmentResult, checked_observation, checked_transition
 from grove.experience.task_sampler import TaskSampler
 from grove.registry import ACTION_PARSERS
 from grove.rollout.engine import context_length
 from grove.sft.demonstration_format import tokenizer_fingerprint
-from grove.user_code import UserCodeExit, user_code
+from grove.user_code import user_code
 
-__all__ = ["DemoEpisode", "EnvironmentDemonstrations"]
+__all__ = ["DemoEpisode", "DemonstrationError", "EnvironmentDemonstrations"]
 
 #: how an episode ended
-Ending = Literal["done", "max_turns", "oracle_gave_up", "context_overflow"]
+Ending = Literal["done", "max_turns", "oracle_gave_up", "context_overflow", "timeout"]
+
+
+class DemonstrationError(ValueError):
+    """The environment or its oracle failed while a demonstration was played (raised, called ``sys.exit``,
+    returned something malformed); the message names the environment, the call, the episode, the turn and where in
+    the user's code it raised."""
+
+
+class _CallTimedOut(Exception):
+    """An environment call of the episode did not return within ``env.step_timeout_s``."""
+
+
+def _raised_at(exc: BaseException) -> str:
+    """``" (raised at FILE:LINE, in FUNCTION)"``: the innermost frame of ``exc`` or of its first cause with one."""
+    while exc.__cause__ is not None and exc.__cause__.__traceback__ is not None:
+        exc = exc.__cause__
+    if exc.__traceback__ is None:
+        return ""
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    return f" (raised at {frame.filename}:{frame.lineno}, in {frame.name})"
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where in the demonstrations a call is made: the episode (counted from 0), its task and seed."""
+
+    episode: int
+    task_id: int
+    seed: int
+
+    def at(self, turn: int) -> str:
+        return f"episode {self.episode + 1} (task {self.task_id}, seed {self.seed}), turn {turn + 1}"
 
 
 @dataclass
@@ -61,6 +102,7 @@ class DemoEpisode:
     samples: list[SampleTokens] = field(default_factory=list)
     won: bool = False
     ended: Ending = "max_turns"
+    timeout: str = ""
 
 
 class EnvironmentDemonstrations:
@@ -81,6 +123,7 @@ class EnvironmentDemonstrations:
         self.parser_params = cfg.env.action_parser.validated(ACTION_PARSERS)
         self.parse = lambda text, obs: parser(text, obs, self.parser_params)
         self.max_new_tokens = cfg.rollout.max_new_tokens
+        self.timeout_s = cfg.env.step_timeout_s
 
     def prompter(self) -> Prompter:
         """The prompter a rollout of this config builds for one trajectory."""
@@ -96,15 +139,35 @@ class EnvironmentDemonstrations:
         return list(zip(tasks, seeds, strict=True))
 
     # ------------------------------------------------------------------ one episode
-    def _call(self, what: str, task_id: int, seed: int, fn: Any, *args: Any) -> Any:
-        where = f"environment {self.name!r} {what} (task {task_id}, seed {seed})"
+    def _failed(self, what: str, where: str, exc: Exception) -> DemonstrationError:
+        if isinstance(exc, MalformedEnvironmentResult):
+            text = f"{exc} ({where})"
+        else:
+            text = (
+                f"environment {self.name!r} {what} failed in {where} while playing a demonstration: "
+                f"{type(exc).__name__}: {exc}{_raised_at(exc)}"
+            )
+        return DemonstrationError(f"{text}; fix the environment's code, then run grove demos again")
+
+    def _make(self, place: _Place) -> Environment:
         try:
-            with user_code(where):
-                return fn(*args)
-        except UserCodeExit:
-            raise
-        except Exception as exc:
-            raise RuntimeError(f"{where} failed while playing a demonstration: {type(exc).__name__}: {exc}") from exc
+            with user_code(f"environment {self.name!r} make"):
+                return self.suite.make()
+        except Exception as exc:  # noqa: BLE001 - named with the episode
+            raise self._failed("make", place.at(0), exc) from exc
+
+    def _call(self, calls: EnvironmentCalls, what: str, where: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` as a rollout calls the environment (``env.step_timeout_s``); a timeout ends the episode
+        (:class:`_CallTimedOut`), anything it raises is a :class:`DemonstrationError`."""
+        ((result, exc),) = calls.run([(0, what, fn, args)])
+        if exc is None:
+            return result
+        if isinstance(exc, EnvironmentTimeout):
+            raise _CallTimedOut(
+                f"environment {self.name!r} {what} did not return within {self.timeout_s:g} s (env.step_timeout_s) "
+                f"in {where}"
+            )
+        raise self._failed(what, where, exc) from exc
 
     def _require_oracle(self, env: Environment) -> None:
         if not callable(getattr(env, "oracle_action", None)):
@@ -115,8 +178,11 @@ class EnvironmentDemonstrations:
                 "each step; None when nothing leads to success any more); see grove.envs.oracle"
             )
 
-    def _oracle(self, env: Environment, observation: Observation, task_id: int, seed: int, turn: int) -> str | None:
-        command = self._call("oracle_action", task_id, seed, env.oracle_action)
+    def _oracle(
+        self, calls: EnvironmentCalls, env: Environment, observation: Observation, place: _Place, turn: int
+    ) -> str | None:
+        task_id, seed = place.task_id, place.seed
+        command = self._call(calls, "oracle_action", place.at(turn), env.oracle_action)
         if command is None:
             return None
         if not isinstance(command, str) or not command.strip():
@@ -147,19 +213,42 @@ class EnvironmentDemonstrations:
         others = [a for a in listed if a != command]
         return rng.choice(others) if others else command
 
-    def play(self, task_id: int, seed: int, *, noise: float = 0.0, rng: random.Random | None = None) -> DemoEpisode:
-        """One episode from ``(task_id, seed)``: the oracle's actions (``noise``: see the module docstring)."""
-        rng = rng or random.Random(0)
+    def play(
+        self, task_id: int, seed: int, *, noise: float = 0.0, rng: random.Random | None = None, episode: int = 0,
+        on_turn: Callable[[int], None] | None = None,
+    ) -> DemoEpisode:
+        """One episode from ``(task_id, seed)``: the oracle's actions (``noise``: see the module docstring).
+        ``episode``: its number in the file (for messages); ``on_turn(n)``: called after the ``n``-th turn."""
+        place = _Place(episode, task_id, seed)
+        calls = EnvironmentCalls(self.name, self.timeout_s)
+        try:
+            return self._play(calls, place, noise, rng or random.Random(0), on_turn)
+        except _CallTimedOut as timeout:
+            return DemoEpisode(task_id, seed, ended="timeout", timeout=str(timeout))
+        finally:
+            calls.close()
+
+    def _checked(self, check: Callable[..., Any], result: Any, what: str, where: str) -> Any:
+        try:
+            return check(result, f"environment {self.name!r} {what}")
+        except MalformedEnvironmentResult as exc:
+            raise self._failed(what, where, exc) from exc
+
+    def _play(
+        self, calls: EnvironmentCalls, place: _Place, noise: float, rng: random.Random,
+        on_turn: Callable[[int], None] | None,
+    ) -> DemoEpisode:
+        task_id, seed = place.task_id, place.seed
         episode = DemoEpisode(task_id, seed)
-        env = self._call("make", task_id, seed, self.suite.make)
+        env = self._make(place)
         self._require_oracle(env)
-        where_reset, where_step = f"environment {self.name!r} reset", f"environment {self.name!r} step"
-        observation = checked_observation(self._call("reset", task_id, seed, env.reset, task_id, seed), where_reset)
+        reset = self._call(calls, "reset", place.at(0), env.reset, task_id, seed)
+        observation = self._checked(checked_observation, reset, "reset", place.at(0))
         prompter = self.prompter()
         prompter.begin(observation)
         turns: list[Turn] = []
         max_turns = self.env_cfg.max_turns
-        command = self._oracle(env, observation, task_id, seed, 0)
+        command = self._oracle(calls, env, observation, place, 0)
         for turn_number in range(max_turns):
             if command is None:
                 episode.ended = "oracle_gave_up"
@@ -174,8 +263,8 @@ class EnvironmentDemonstrations:
             ids = action_ids(self.tokenizer, action_text(sent, self.parser_id, self.parser_params))
             text = self.tokenizer.decode(ids, skip_special_tokens=True)  # what a rollout's parser reads
             parsed = checked_action(sent, text, observation, self.parse, self.parser_id)
-            result = self._call("step", task_id, seed, env.step, parsed.action)
-            nxt, reward, done, info = checked_transition(result, where_step)
+            result = self._call(calls, "step", place.at(turn_number), env.step, parsed.action)
+            nxt, reward, done, info = self._checked(checked_transition, result, "step", place.at(turn_number))
             if info.get("invalid_action") and sent == command:
                 raise ValueError(
                     f"environment {self.name!r} rejected its own oracle's action {command!r} (info['invalid_action']) "
@@ -197,13 +286,15 @@ class EnvironmentDemonstrations:
             # the oracle is asked right after the step: when it gives up, this turn is the episode's last, and the
             # conversation gets no further observation (as in a rollout that ends here)
             command = None if done or turn_number == max_turns - 1 else self._oracle(
-                env, nxt, task_id, seed, turn_number + 1
+                calls, env, nxt, place, turn_number + 1
             )
             ends = done or command is None
             if ends and not done and turn_number < max_turns - 1:
                 episode.ended = "oracle_gave_up"
             prompter.record(turn, None if ends else nxt)
             observation = nxt
+            if on_turn is not None:
+                on_turn(turn_number + 1)
             if ends:
                 break
         episode.samples = prompter.samples() if turns else []
@@ -211,17 +302,19 @@ class EnvironmentDemonstrations:
 
     # ------------------------------------------------------------------ rows
     def rows(
-        self, counts: DemoCounts, *, episodes: int, noise: float, keep: Literal["won", "all"], seed: int
+        self, counts: DemoCounts, *, episodes: int, noise: float, keep: Literal["won", "all"], seed: int,
+        progress: DemoProgress | None = None,
     ) -> Iterator[dict[str, Any]]:
         """The rows of ``episodes`` demonstrations (only the won ones with ``keep="won"``); ``counts`` is updated
-        as they are played."""
+        as they are played and ``progress`` told. Raises :class:`grove.demos.summary.NoDemonstrationsError` after
+        the last episode when not one was kept."""
         rng = random.Random(f"grove-demos-noise-{seed}")
+        on_turn = None if progress is None else (lambda turn: progress.tick(counts, turn))
         for number, (task_id, env_seed) in enumerate(self.starts(episodes, seed)):
-            episode = self.play(task_id, env_seed, noise=noise, rng=rng)
-            counts.episodes += 1
-            counts.won += episode.won
-            counts.oracle_gave_up += episode.ended == "oracle_gave_up"
-            counts.context_overflows += episode.ended == "context_overflow"
+            episode = self.play(task_id, env_seed, noise=noise, rng=rng, episode=number, on_turn=on_turn)
+            self._count(counts, episode)
+            if progress is not None:
+                progress.tick(counts)
             if (keep == "won" and not episode.won) or not episode.samples:
                 continue
             counts.kept_episodes += 1
@@ -239,3 +332,19 @@ class EnvironmentDemonstrations:
                 counts.rows += 1
                 counts.completion_tokens += sum(row["completion_mask"])
                 yield row
+        if not counts.kept_episodes:
+            raise nothing_to_write(counts, source=self.name, keep=keep, max_turns=self.env_cfg.max_turns)
+
+    @staticmethod
+    def _count(counts: DemoCounts, episode: DemoEpisode) -> None:
+        """Count a played episode and how it ended."""
+        counts.episodes += 1
+        counts.won += episode.won
+        counts.oracle_gave_up += episode.ended == "oracle_gave_up"
+        counts.no_first_action += episode.ended == "oracle_gave_up" and not episode.commands
+        counts.context_overflows += episode.ended == "context_overflow"
+        counts.truncated += episode.ended == "max_turns" and not episode.won
+        counts.lost += episode.ended == "done" and not episode.won
+        counts.timeouts += episode.ended == "timeout"
+        if episode.ended == "timeout" and not counts.first_timeout:
+            counts.first_timeout = episode.timeout

@@ -1,11 +1,12 @@
-"""What a demonstration file holds: :class:`DemoCounts` while it is written, :class:`DemoSummary` once it is."""
+"""What a demonstration file holds: :class:`DemoCounts` while it is written, :class:`DemoSummary` once it is, and
+:class:`NoDemonstrationsError` when not one episode is worth writing."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = ["DemoCounts", "DemoSummary"]
+__all__ = ["DemoCounts", "DemoSummary", "NoDemonstrationsError", "nothing_to_write"]
 
 
 @dataclass
@@ -23,6 +24,16 @@ class DemoCounts:
     context_overflows: int = 0
     long_actions: int = 0
     completion_tokens: int = 0
+    no_first_action: int = 0
+    truncated: int = 0
+    lost: int = 0
+    timeouts: int = 0
+    first_timeout: str = ""
+
+
+class NoDemonstrationsError(ValueError):
+    """Not one episode could be written (none won with ``keep="won"``, none took a turn); the message says how the
+    episodes ended and what to change. Nothing is written."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +49,12 @@ class DemoSummary:
     * ``turns``: turns of the kept episodes; ``oracle_gave_up``: episodes ended because the oracle had no action
       (``None``); ``context_overflows``: episodes ended because the next context would not fit the model;
     * ``long_actions``: kept actions or completions longer than ``rollout.max_new_tokens`` (a rollout could not
-      sample them whole); ``completion_tokens``: trained tokens written.
+      sample them whole); ``completion_tokens``: trained tokens written;
+    * ``no_first_action``: episodes in which the oracle had no action right after ``reset`` (counted in
+      ``oracle_gave_up`` too); ``truncated``: episodes that reached ``env.max_turns``; ``lost``: episodes the
+      environment ended (``done``) without a win;
+    * ``timeouts``: episodes ended because an environment call (``reset``, ``step``, ``oracle_action``) did not
+      return within ``env.step_timeout_s``, left out of the file; ``first_timeout``: what the first of them said.
     """
 
     rows: int
@@ -55,6 +71,11 @@ class DemoSummary:
     context_overflows: int = 0
     long_actions: int = 0
     completion_tokens: int = 0
+    no_first_action: int = 0
+    truncated: int = 0
+    lost: int = 0
+    timeouts: int = 0
+    first_timeout: str = ""
 
     @classmethod
     def of(cls, counts: DemoCounts, *, source: str, out: Path, kind: str) -> DemoSummary:
@@ -75,9 +96,44 @@ class DemoSummary:
                 text += f"; the oracle had no action in {self.oracle_gave_up} episodes"
             if self.context_overflows:
                 text += f"; {self.context_overflows} episodes ended when their context did not fit the model"
+            if self.timeouts:
+                text += f"; {self.timeouts} episodes were left out on a timeout (the first: {self.first_timeout})"
         if self.long_actions:
             text += (
                 f"; {self.long_actions} completions are longer than rollout.max_new_tokens (a rollout would cut "
                 "them): raise it"
             )
         return text
+
+
+def _endings(counts: DemoCounts, max_turns: int) -> list[str]:
+    """How the episodes that were not won ended, in words."""
+    later = counts.oracle_gave_up - counts.no_first_action
+    endings = [
+        (counts.no_first_action, "ended at once: oracle_action() returned None right after reset"),
+        (later, "ended when oracle_action() returned None after some turns"),
+        (counts.truncated, f"reached env.max_turns ({max_turns}) without a win"),
+        (counts.lost, "ended (done) without a win: info['won'] was never true"),
+        (counts.context_overflows, "ended when the context no longer fit the model"),
+        (counts.timeouts, f"ended on a timeout, the first: {counts.first_timeout}"),
+    ]
+    return [f"{n} {text}" for n, text in endings if n]
+
+
+def nothing_to_write(counts: DemoCounts, *, source: str, keep: str, max_turns: int) -> NoDemonstrationsError:
+    """The error for a run in which no episode could be written: how they ended and what to change."""
+    wanted = "was won" if keep == "won" else "took a turn"
+    fixes = []
+    if counts.no_first_action:
+        fixes.append("make oracle_action() return the first command right after reset (see grove.envs.oracle)")
+    if counts.truncated:
+        fixes.append("raise env.max_turns")
+    if counts.timeouts:
+        fixes.append("fix the hanging call or raise env.step_timeout_s")
+    if keep == "won" and counts.episodes > counts.no_first_action + counts.timeouts:
+        fixes.append("write the episodes that were not won with --keep all (keep='all')")
+    return NoDemonstrationsError(
+        f"no demonstration to write: not one of the {counts.episodes} episodes of {source!r} {wanted} "
+        f"({'; '.join(_endings(counts, max_turns)) or 'none took a turn'}), so nothing was written; "
+        f"{', or '.join(fixes) or 'check the environment and its oracle on a training task'}"
+    )

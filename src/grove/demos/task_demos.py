@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from grove.config import GroveConfig
+from grove.demos.demo_progress import DemoProgress
 from grove.demos.rows import action_ids, demonstration_row
 from grove.demos.summary import DemoCounts
 from grove.demos.task_answers import NoGoldCompletionError, gold_completions
@@ -55,8 +56,11 @@ class TaskDemonstrations:
         )
         return fitted[0]
 
-    def rows(self, counts: DemoCounts, *, episodes: int, seed: int) -> Iterator[dict[str, Any]]:
-        """The rows of ``episodes`` training examples; ``counts`` is updated as they are made."""
+    def rows(
+        self, counts: DemoCounts, *, episodes: int, seed: int, progress: DemoProgress | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The rows of ``episodes`` training examples; ``counts`` is updated as they are made and ``progress``
+        told."""
         for number, index in enumerate(TaskSampler(len(self.task.train), seed).next(episodes)):
             example = self.task.train[index]
             text = self.completion(example)
@@ -79,4 +83,6 @@ class TaskDemonstrations:
             counts.long_actions += len(ids) > self.cfg.rollout.max_new_tokens
             counts.rows += 1
             counts.completion_tokens += len(ids)
+            if progress is not None:
+                progress.tick(counts)
             yield row

@@ -12,19 +12,33 @@ the tokens generated per turn. ``env.prompt_overflow`` chooses what a prompter d
   besides the rest of the context; the end of an observation is what the environment said last (the result of
   the action, the current state, the admissible actions). When not even that fits, the trajectory ends as above.
 
-Cutting reads only the observation's last characters (at most :data:`CHARS_PER_TOKEN` per token of room): a
-megabyte-long observation is tokenized once, to measure it, never per attempt.
+Cutting reads only the observation's last characters (at most :data:`CHARS_PER_TOKEN` per token of room), and an
+observation that cannot fit whatever its tokens are is never tokenized whole: no token of the tokenizer is longer
+than its longest vocabulary entry, so a text of more than ``limit`` times that many characters (times
+:data:`NORMALISATION_SLACK`, for normalisers that compose characters) has more than ``limit`` tokens
+(:meth:`ContextBudget.surely_exceeded`). Work on an observation of any size is bounded by the context, not by the
+observation: a 50 MB observation costs what a context-sized one does.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from grove.rollout.engine import PromptTooLongError
 
-__all__ = ["CHARS_PER_TOKEN", "CUT_MARK", "ContextBudget", "ContextOverflow", "PromptOverflow", "cut_to_fit"]
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "CUT_MARK",
+    "NORMALISATION_SLACK",
+    "ContextBudget",
+    "ContextOverflow",
+    "PromptOverflow",
+    "cut_to_fit",
+    "longest_token_chars",
+]
 
 PromptOverflow = Literal["end", "truncate_observation"]
 
@@ -33,6 +47,26 @@ CUT_MARK = "[…] "
 
 #: characters read per token of room when cutting an observation (more than any common tokenizer averages)
 CHARS_PER_TOKEN = 16
+
+#: characters a tokenizer's normaliser may fold into one (composition): the sure-overflow bound allows for it
+NORMALISATION_SLACK = 4
+
+_longest_entries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token can cover: its longest vocabulary entry (a byte-level entry's characters are
+    its bytes, at least the characters it decodes to). Computed once per tokenizer."""
+    try:
+        return _longest_entries[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    longest = max((len(entry) for entry in tokenizer.get_vocab()), default=1)
+    try:
+        _longest_entries[tokenizer] = longest
+    except TypeError:  # not weak-referenceable: measured again next time
+        pass
+    return longest
 
 
 @dataclass(frozen=True)
@@ -44,6 +78,12 @@ class ContextOverflow:
     limit: int
     budget: str
     hint: str = ""
+    at_least: bool = False  # ``tokens`` is a lower bound: the observation was too long to be worth measuring
+
+    @property
+    def described(self) -> str:
+        """``"1234 tokens"``, or ``"at least 1234 tokens"`` for a lower bound."""
+        return f"{'at least ' if self.at_least else ''}{self.tokens} tokens"
 
 
 @dataclass(frozen=True)
@@ -82,6 +122,21 @@ class ContextBudget:
 
     def fits(self, tokens: int) -> bool:
         return self.limit is None or tokens <= self.limit
+
+    def surely_exceeded(self, tokenizer: Any, text: str) -> int | None:
+        """A lower bound of ``text``'s tokens when they surely exceed the limit (see the module docstring) without
+        tokenizing it, else ``None`` (it may fit: measure it)."""
+        if self.limit is None:
+            return None
+        widest = longest_token_chars(tokenizer) * NORMALISATION_SLACK
+        if len(text) <= self.limit * widest:
+            return None
+        return len(text) // widest
+
+    def surely_too_long(self, tokens: int, cut_hint: str = "") -> ContextOverflow:
+        """The overflow of a context of at least ``tokens`` tokens (:meth:`surely_exceeded`)."""
+        overflow = self.overflow_of(tokens, cut_hint)
+        return ContextOverflow(overflow.tokens, overflow.limit, overflow.budget, overflow.hint, at_least=True)
 
     def overflow_of(self, tokens: int, cut_hint: str = "") -> ContextOverflow:
         """The overflow of a ``tokens``-long context; ``cut_hint`` says why not even a cut observation fitted

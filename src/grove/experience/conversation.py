@@ -74,8 +74,10 @@ class ConversationPrompter:
         """The conversation rendered with ``observation`` as the next user message (appended), or ``None`` (and
         :attr:`overflow` set, nothing appended) when it would not fit."""
         text = render_observation(observation, self.show_admissible)
-        rendered = self._render([*self.messages, {"role": "user", "content": text}])
-        if not self.budget.fits(len(rendered)):
+        at_least = self.budget.surely_exceeded(self.tokenizer, observation.text)
+        # an observation too long to be worth measuring is not rendered whole: cut, or the conversation ends
+        rendered = self._render([*self.messages, {"role": "user", "content": text}]) if at_least is None else None
+        if rendered is None or not self.budget.fits(len(rendered)):
             fitted = None
             if self.budget.overflow == "truncate_observation":
                 fitted = cut_to_fit(
@@ -86,11 +88,10 @@ class ConversationPrompter:
                     ]),
                 )
             if fitted is None:
-                self.overflow = self.budget.overflow_of(
-                    len(rendered),
-                    "The conversation so far leaves no room even for the end of the next observation "
-                    "(env.prompt_overflow: truncate_observation): a conversation ends when its context is full",
-                )
+                hint = ("The conversation so far leaves no room even for the end of the next observation "
+                        "(env.prompt_overflow: truncate_observation): a conversation ends when its context is full")
+                self.overflow = (self.budget.overflow_of(len(rendered), hint) if rendered is not None
+                                 else self.budget.surely_too_long(at_least, hint))
                 return None
             rendered, shown = fitted
             text = render_observation(observation, self.show_admissible, shown)

@@ -302,7 +302,7 @@ def _require_a_turn(trajectories: list[Trajectory], step: int, env_name: str) ->
         first = overflows[0]
         raise PromptTooLongError(
             f"environment {env_name!r}: no episode of step {step} could take a turn: {len(overflows)} of "
-            f"{len(trajectories)} contexts did not fit (the first is {first.tokens} tokens, more than the {first.limit} "
+            f"{len(trajectories)} contexts did not fit (the first is {first.described}, more than the {first.limit} "
             f"that {first.budget} leaves). Shorten the environment's instructions or observations, lower "
             "rollout.max_new_tokens or env.history, or use a model with a longer context"
         )

@@ -57,10 +57,10 @@ def _warn_overflow(env_name: str, turn_number: int, overflow: ContextOverflow | 
         return
     _overflow_warned.add(env_name)
     log.warning(
-        "environment %s: the context of turn %d is %d tokens, more than the %d that %s leaves for it; the trajectory "
+        "environment %s: the context of turn %d is %s, more than the %d that %s leaves for it; the trajectory "
         "ends there as truncated (counted in context_overflow_trajectories; later overflows of this environment are "
         "only counted)%s",
-        env_name, turn_number + 1, overflow.tokens, overflow.limit, overflow.budget,
+        env_name, turn_number + 1, overflow.described, overflow.limit, overflow.budget,
         f". {overflow.hint}" if overflow.hint else "",
     )
 

@@ -27,6 +27,11 @@ from grove.rollout.engine import encode_prompts
 __all__ = ["PerStepPrompter", "render_observation"]
 
 
+_NO_ROOM_FOR_A_CUT = (
+    "Not even the end of the observation fits beside the instructions (env.prompt_overflow: truncate_observation): "
+    "shorten the instructions or lower rollout.max_new_tokens"
+)
+
 def render_observation(observation: Observation, show_admissible: bool, text: str | None = None) -> str:
     """The observation as the model reads it: its text (or ``text``, e.g. a cut of it) and, when shown, its
     admissible actions, numbered."""
@@ -100,15 +105,19 @@ class PerStepPrompter:
 
     def context(self) -> list[int] | None:
         self.overflow = None
+        at_least = self.budget.surely_exceeded(self.tokenizer, self.observation.text)
+        if at_least is not None:  # too long to be worth measuring: cut it, or end here
+            fitted = self._cut() if self.budget.overflow == "truncate_observation" else None
+            if fitted is None:
+                self.overflow = self.budget.surely_too_long(at_least, _NO_ROOM_FOR_A_CUT)
+                return None
+            self._context, self.shown = fitted
+            return self._context
         ids = self._encode(self._render())
         if not self.budget.fits(len(ids)):
             fitted = self._cut() if self.budget.overflow == "truncate_observation" else None
             if fitted is None:
-                self.overflow = self.budget.overflow_of(
-                    len(ids),
-                    "Not even the end of the observation fits beside the instructions (env.prompt_overflow: "
-                    "truncate_observation): shorten the instructions or lower rollout.max_new_tokens",
-                )
+                self.overflow = self.budget.overflow_of(len(ids), _NO_ROOM_FOR_A_CUT)
                 return None
             ids, self.shown = fitted
         self._context = ids

@@ -8,6 +8,11 @@ do not load (a truncated safetensors file, a config or tokenizer file that is no
 :class:`grove.models.model_files.ModelFilesError` naming the directory and the reader's complaint, before anything
 is written. ``grove export`` first checks a grove checkpoint against its manifest
 (:mod:`grove.training.checkpoint_export`), which also catches changed bytes that still load.
+
+The model is written into a temporary directory beside ``out_dir`` and renamed into place. A write that fails (a
+read-only directory, a full disk, a file-size limit) raises :class:`grove.infra.write_failures.RunWriteError`
+(``could not write the exported model OUT_DIR: <cause>; <fix>, then <retry_hint>``) and leaves nothing behind: not
+the temporary directory, nor the parent directories the export created.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from grove.infra.write_failures import reporting_write_failures
 from grove.models.model_files import (
     ADAPTER_CONFIG_FILE,
     TOKENIZER_FILES,
@@ -53,9 +59,38 @@ def _check_out_dir(out_dir: Path) -> None:
         raise FileExistsError(f"{out_dir} already exists and is not empty; choose a new output directory or remove it")
 
 
+def _write_model(model: Any, tokenizer: Any, out_dir: Path) -> None:
+    """Save ``model`` and ``tokenizer`` into a temporary directory beside ``out_dir``, then rename it to
+    ``out_dir``; on any failure remove the temporary directory and the parents this call created."""
+    created = [p for p in out_dir.parents if not p.exists()]
+    tmp = None
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-export-{out_dir.name}-", dir=out_dir.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        _check_out_dir(out_dir)
+        if out_dir.is_dir():
+            out_dir.rmdir()  # empty (checked above)
+        os.rename(tmp, out_dir)
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for parent in created:  # innermost first; only those still empty
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+        raise
+
+
 def export_merged(
     checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike, *, auto_class: type = AutoModelForCausalLM,
     config_updates: dict[str, Any] | None = None,
+    retry_hint: str = "run the export again (or export to another directory)",
 ) -> Path:
     """Write a plain transformers model (safetensors + tokenizer) from a grove checkpoint to ``out_dir``.
 
@@ -63,7 +98,8 @@ def export_merged(
     ``adapter_config.json`` in ``model/``) is merged into its base model (``base_model_name_or_path``: a local
     directory or an embedded name) in float32; a full checkpoint is loaded and saved as it is. Files that do not
     load raise :class:`ModelFilesError` before anything is written. The directory is written under a temporary
-    name and renamed, so a failure leaves no partial ``out_dir``. Returns ``out_dir``.
+    name and renamed, so a failure leaves no partial ``out_dir``; a write that fails raises
+    :class:`grove.infra.write_failures.RunWriteError` ending with ``retry_hint``. Returns ``out_dir``.
 
     ``auto_class``: the transformers class the model loads as (a reward model: ``AutoModelForSequenceClassification``,
     its base loaded with ``num_labels`` from ``config_updates["id2label"]``); ``config_updates``: attributes set on
@@ -93,19 +129,6 @@ def export_merged(
     with reading_model_files(tokenizer_dir, "the tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-export-{out_dir.name}-", dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        _check_out_dir(out_dir)
-        if out_dir.is_dir():
-            out_dir.rmdir()  # empty (checked above)
-        os.rename(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with reporting_write_failures(out_dir, "the exported model", retry_hint):
+        _write_model(model, tokenizer, out_dir)
     return out_dir

@@ -109,11 +109,12 @@ class SequenceScoreModule(nn.Module):
 
 def export_sequence_classifier(
     checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike, heads: Sequence[str], info: dict[str, Any],
-    pad_token_id: int | None,
+    pad_token_id: int | None, retry_hint: str = "run the export again (or export to another directory)",
 ) -> Path:
     """``out_dir``: the checkpoint as a plain ``AutoModelForSequenceClassification`` directory (LoRA adapters and the
-    trained score head merged) with its tokenizer and the reward model's config attributes."""
+    trained score head merged) with its tokenizer and the reward model's config attributes; a failed write raises
+    :class:`grove.infra.write_failures.RunWriteError` ending with ``retry_hint``."""
     return export_merged(
         checkpoint_dir, out_dir, auto_class=AutoModelForSequenceClassification,
-        config_updates=classifier_config(heads, info, pad_token_id),
+        config_updates=classifier_config(heads, info, pad_token_id), retry_hint=retry_hint,
     )

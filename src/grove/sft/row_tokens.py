@@ -134,6 +134,14 @@ class RowTokenizer:
                 f"the demonstration was made with another tokenizer (fingerprint {demo.tokenizer!r}, this model's is "
                 f"{self._fingerprint!r}): regenerate it with grove demos under this config's model"
             )
+        vocabulary = len(self.tokenizer)
+        for name, ids in (("prompt_ids", demo.prompt_ids), ("completion_ids", demo.completion_ids)):
+            outside = next((i for i in ids if not 0 <= i < vocabulary), None)
+            if outside is not None:
+                raise RowError(
+                    f"{name} holds the token id {outside}, outside this tokenizer's vocabulary (0 to {vocabulary - 1}):"
+                    " the row was changed after grove demos wrote it; regenerate the file with grove demos"
+                )
         ids = [*demo.prompt_ids, *demo.completion_ids]
         return ids, [0] * len(demo.prompt_ids) + list(demo.completion_mask)
 

@@ -344,7 +344,7 @@ class Trainer:
         out = self.run_dir / "model"
         if out.exists():  # a resumed run that had finished before writes it again
             shutil.rmtree(out)
-        self.stage.export(ckpt.latest_checkpoint(self.run_dir), out)
+        self.stage.export(ckpt.latest_checkpoint(self.run_dir), out, retry_hint=f"continue with --resume {self.run_dir}")
 
     def _write_summary(self, s: TrainSummary) -> None:
         evals = self.logger.evals.read()  # on a resumed run the 'before' evaluation is in the log

@@ -71,7 +71,7 @@ class TrainingStage:
     summary: dict[str, Any] = field(default_factory=dict)
     update: Callable[..., dict[str, float]] | None = None
     held_out_evaluation: Callable[[nn.Module], dict[str, float]] | None = None
-    export: Callable[[Path, Path], Path] = export_merged
+    export: Callable[..., Path] = export_merged  # (checkpoint_dir, out_dir, *, retry_hint) -> out_dir
     records_token_details: bool = True
 
 

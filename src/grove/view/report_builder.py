@@ -37,9 +37,11 @@ def _modes(rows: list[dict]) -> set[str]:
 
 
 def build_report(
-    run_dir: Path, out: Path | None = None, compare_dir: Path | None = None, limits: ReportLimits | None = None
+    run_dir: Path, out: Path | None = None, compare_dir: Path | None = None, limits: ReportLimits | None = None,
+    hide_paths: bool = False,
 ) -> Path:
-    """Write the report of ``run_dir`` into ``out`` (default ``RUN_DIR/view``) and return its ``index.html``.
+    """Write the report of ``run_dir`` into ``out`` (default ``RUN_DIR/view``) and return its ``index.html``;
+    ``hide_paths``: cut the absolute paths of the config and of the runs to their last part (a report to share).
     Raises :class:`grove.view.run_contents.NotARunError` for a directory that is not a run, and
     :class:`grove.view.site_writer.ReportFolderError` for an ``out`` that holds other files."""
     limits = limits or ReportLimits()
@@ -49,7 +51,7 @@ def build_report(
     comparison = (
         compare_runs(run, other, limits.max_compare_items, limits.max_text_chars) if other is not None else None
     )
-    overview = run_data(run, {k: c.manifest() for k, c in collections.items()}, comparison, limits)
+    overview = run_data(run, {k: c.manifest() for k, c in collections.items()}, comparison, limits, hide_paths)
     pages = [page for c in collections.values() for page in c.pages]
     title = run.name if other is None else f"{run.name} vs {other.name}"
     return write_site(Path(out) if out is not None else run.path / "view", title, overview, pages)

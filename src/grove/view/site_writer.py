@@ -4,7 +4,8 @@ overview in ``run.js``, the sample pages in ``pages/<id>.js``).
 The data files are JavaScript that registers its object (``window.GROVE_DATA.push({...})``), loaded with
 ``<script src>``: a page opened from disk (``file://``) may not ``fetch()`` files beside it, but it may run
 scripts. The folder is marked as a report (``.grove-view``); writing again replaces a marked folder's report and
-refuses a folder that holds anything else."""
+refuses a folder that holds anything else. Every bidirectional control character in the data and the title is
+written as a visible ``[U+XXXX]`` (:mod:`grove.view.shared_text`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grove.view.sample_pages import Page
+from grove.view.shared_text import visible_controls
 
 MARKER = ".grove-view"
 TEMPLATE = "report.html"
@@ -28,8 +30,9 @@ class ReportFolderError(ValueError):
 
 def data_script(payload: Any) -> str:
     """``payload`` as a script that registers it; the JSON is escaped so that no ``</script>`` or line separator in
-    a sample's text can end the script early."""
-    text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    a sample's text can end the script early, and every bidirectional control in a string (a key or a value: only
+    strings hold them) is made visible, so that no text is shown in another order than it was written."""
+    text = visible_controls(json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")))
     text = text.replace("</", "<\\/").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     return f"window.GROVE_DATA = window.GROVE_DATA || [];\nwindow.GROVE_DATA.push({text});\n"
 
@@ -88,5 +91,6 @@ def write_site(out: Path, title: str, overview: dict[str, Any], pages: list[Page
     scripts.sort(key=_load_order)
     tags = "\n".join(f'<script src="assets/{name}"></script>' for name in scripts)
     index = out / "index.html"
-    index.write_text(template.replace("{{title}}", html.escape(title)).replace("{{scripts}}", tags), encoding="utf-8")
+    page = template.replace("{{title}}", html.escape(visible_controls(title))).replace("{{scripts}}", tags)
+    index.write_text(page, encoding="utf-8")
     return index

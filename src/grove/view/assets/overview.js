@@ -48,9 +48,16 @@
     return cards;
   }
 
+  // what the page says about the absolute paths of the config: cut (--hide-paths), or shown as they are
+  function pathsNote(data) {
+    if (data.paths_hidden) return G.note("Absolute paths in this config are cut to their last part (…/name): the report was written with grove view --hide-paths.");
+    if (!data.config_paths) return null;
+    return G.note(`This config holds ${data.config_paths} absolute path(s) of the machine the run was on (the model, output_dir, data files): before sharing this report, write it with grove view --hide-paths to cut them to their last part.`, "warn paths-note");
+  }
+
   function configBlock(data) {
     if (!data.config_text) return G.note("No config.yaml: the resolved config is not in this run directory.", "warn");
-    return G.el("details", { class: "config" }, G.el("summary", {}, "resolved config (config.yaml)"), G.el("pre", { class: "code" }, data.config_text));
+    return G.el("div", {}, pathsNote(data), G.el("details", { class: "config" }, G.el("summary", {}, "resolved config (config.yaml)"), G.el("pre", { class: "code" }, data.config_text)));
   }
 
   function curves(data) {
