@@ -72,13 +72,16 @@ def test_user_code_calling_sys_exit_0_is_not_a_success(tiny, tmp_path):
     assert [c.name for c in ckpt.list_checkpoints(out)] == ["step-000001"]
 
 
-def test_a_keyboard_interrupt_outside_the_training_loop_says_where_and_exits_130(tiny, tmp_path):
+def test_a_reward_raising_keyboard_interrupt_before_the_first_step_is_that_reward_s_failure(tiny, tmp_path):
+    """In the evaluation before training grove's stop handlers are installed too, so a ``KeyboardInterrupt`` raised
+    by a reward is not a Ctrl-C: the reward is named (exit 2), never reported as an interruption."""
     out = tmp_path / "run"
     result = runner.invoke(app, _args(tiny, out, rewards="[{id: 'stopping_user_code:interrupts'}]",
                                       **{"eval.before_training": True}))
-    assert result.exit_code == 130, result.output
+    assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
-    assert "interrupted" in text and "before the first training step" in text and "Traceback" not in text
+    assert "reward 'interrupts' in the evaluation before training" in text and "raised KeyboardInterrupt" in text, text
+    assert "interrupted (Ctrl-C" not in text and "Traceback" not in text
 
 
 def test_user_code_converts_exits_but_not_a_second_signal():

@@ -122,11 +122,10 @@ def _run_training(command: str, config: Path, set_: list[str] | None, resume: Pa
         import signal
 
         if world.is_main:
-            err.print(
-                f"{summary.stopped_by} received: stopped after step {summary.steps} with a checkpoint. Continue with:\n"
-                f"  {resume_command}",
-                markup=False, highlight=False,
-            )
+            where = (f"stopped after step {summary.steps} with a checkpoint. Continue with" if summary.steps else
+                     "stopped before the first step, once the evaluation before training had finished; no checkpoint "
+                     "was written yet. Start it over in the same directory with")
+            err.print(f"{summary.stopped_by} received: {where}:\n  {resume_command}", markup=False, highlight=False)
         raise typer.Exit(128 + signal.Signals[summary.stopped_by].value)
     if world.is_main:
         from grove.infra.plotting import plot_run

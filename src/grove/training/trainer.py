@@ -295,15 +295,40 @@ class Trainer:
     def _run(self) -> TrainSummary:
         cfg, stage = self.cfg, self.stage
         start = time.perf_counter()
-        if (self.step == 0 and cfg.eval.before_training) or self._periodic_evaluation_missing():
-            self.evaluate()
+        # SIGTERM / Ctrl-C ask for a stop from here to the end (the evaluations before and after training included:
+        # a signal there lets them finish); a KeyboardInterrupt raised by a reward or an environment is then theirs,
+        # not a Ctrl-C
+        with StopRequests() as stop:
+            if (self.step == 0 and cfg.eval.before_training) or self._periodic_evaluation_missing():
+                self.evaluate()
+            if self.world.any(stop.requested, "stop request"):  # during that evaluation: no step to finish
+                self.logger.close()
+                return TrainSummary(self.run_dir, self.step, time.perf_counter() - start, stop.signal_name or "signal")
+            stopped = self._train_steps(stop, start)
+            if stopped is not None:
+                return stopped
+            self.evaluate(final=True)
+            self.logger.close()
+            summary = TrainSummary(self.run_dir, self.step, time.perf_counter() - start)
+            if self.world.is_main:
+                if stage.exports_model:
+                    self._export_model()
+                self._write_summary(summary)
+            if stage.exports_model:
+                self.world.barrier("final model")
+            return summary
+
+    def _train_steps(self, stop: StopRequests, start: float) -> TrainSummary | None:
+        """The training loop, to the last step or the time budget (``None``), or to a stop request after a step (its
+        summary)."""
+        cfg, stage = self.cfg, self.stage
         progress = TrainProgress(
             total=stage.steps, completed=self.step, enabled=cfg.logging.progress, silent=not self.world.is_main,
             label=stage.label,
         )
         budget = cfg.train.time_budget_seconds
         loop_start = time.perf_counter()
-        with progress, StopRequests() as stop:
+        with progress:
             while self.step < stage.steps:
                 self.step += 1
                 metrics = self.train_step()
@@ -328,16 +353,7 @@ class Trainer:
                 if out_of_time:
                     progress.note(f"time budget of {budget:.0f}s used after step {self.step}; stopping")
                     break
-        self.evaluate(final=True)
-        self.logger.close()
-        summary = TrainSummary(self.run_dir, self.step, time.perf_counter() - start)
-        if self.world.is_main:
-            if stage.exports_model:
-                self._export_model()
-            self._write_summary(summary)
-        if stage.exports_model:
-            self.world.barrier("final model")
-        return summary
+        return None
 
     def _export_model(self) -> None:
         """``RUN_DIR/model/``: the last checkpoint as a plain transformers model (adapters merged)."""
