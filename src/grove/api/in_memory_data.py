@@ -5,6 +5,9 @@ The rows are written once to ``OUTPUT_DIR/data/train.jsonl`` (and ``eval.jsonl``
 line like a run started there, and its config says where its data is. A file that is already there is never
 replaced by other rows: a directory holding a run (or another call's data) keeps its files, and the error says
 how to go on.
+
+Reading the rows (:func:`rows_file`) and writing them (:meth:`RowsFile.write`) are two steps, so that a call writes
+its rows only once every check that can refuse it has passed: a refused call leaves the directory as it was.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +23,7 @@ from grove.atomic_files import write_text_atomic
 from grove.config import ConfigError
 from grove.infra.write_failures import reporting_write_failures
 
-__all__ = ["DATA_DIR", "write_rows"]
+__all__ = ["DATA_DIR", "RowsFile", "rows_file"]
 
 DATA_DIR = "data"
 
@@ -70,29 +74,57 @@ def _serialisable(value: Any) -> bool:
     return not (isinstance(value, float) and not math.isfinite(value))
 
 
-def write_rows(dataset: Any, output_dir: str, split: str, argument: str) -> str:
-    """``OUTPUT_DIR/data/<split>.jsonl`` holding ``dataset``'s rows; the path as the config names it (under
-    ``output_dir`` as given, relative or absolute).
+@dataclass(frozen=True)
+class RowsFile:
+    """A split's rows as the text of their JSONL file, and where that file goes; nothing is written until
+    :meth:`write`."""
+
+    path: Path
+    text: str
+    output_dir: str
+    argument: str
+
+    def written(self) -> bool:
+        """Whether the file already holds these rows.
+
+        Raises:
+            ConfigError: it holds other rows (a run's data is never replaced).
+        """
+        if not self.path.exists():
+            return False
+        if self.path.read_text(encoding="utf-8") != self.text:
+            raise ConfigError(
+                f"{self.argument}: {self.path} already holds other rows (the data of the run in {self.output_dir}, "
+                "or of another call with this output_dir); a run's data is never replaced. Pass the same rows to "
+                "resume that run, or choose a new output_dir"
+            )
+        return True
+
+    def write(self) -> None:
+        """Write the file (a file already holding these rows is left as it is).
+
+        Raises:
+            ConfigError: the file holds other rows by now.
+            RunWriteError: the file could not be written (a full disk), naming it.
+        """
+        if self.written():
+            return
+        with reporting_write_failures(self.path, f"the rows of {self.argument} to", "call again"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.path, self.text)
+
+
+def rows_file(dataset: Any, output_dir: str, split: str, argument: str) -> RowsFile:
+    """``dataset``'s rows as the file ``OUTPUT_DIR/data/<split>.jsonl`` (under ``output_dir`` as given, relative or
+    absolute), checked and not yet written.
 
     Raises:
         ConfigError: the rows are not rows of JSON data (naming the row and column), there are none, or the file
             exists with other rows (a run's data is never replaced).
-        RunWriteError: the file could not be written (a full disk), naming it.
     """
     lines = [_json_line(row, i, argument) for i, row in enumerate(_rows(dataset, argument))]
     if not lines:
         raise ConfigError(f"{argument}: no rows; a task needs at least one example in each split")
-    text = "\n".join(lines) + "\n"
-    path = Path(output_dir) / DATA_DIR / f"{split}.jsonl"
-    if path.exists():
-        if path.read_text(encoding="utf-8") == text:
-            return str(path)
-        raise ConfigError(
-            f"{argument}: {path} already holds other rows (the data of the run in {output_dir}, or of another "
-            f"call with this output_dir); a run's data is never replaced. Pass the same rows to resume that run, or "
-            f"choose a new output_dir"
-        )
-    with reporting_write_failures(path, f"the rows of {argument} to", "call again"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, text)
-    return str(path)
+    rows = RowsFile(Path(output_dir) / DATA_DIR / f"{split}.jsonl", "\n".join(lines) + "\n", output_dir, argument)
+    rows.written()
+    return rows

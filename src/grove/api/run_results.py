@@ -7,13 +7,54 @@ Every file is read when it is asked for, so a :class:`Run` of a run still going 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grove.config import ConfigError, GroveConfig, read_config
 
-__all__ = ["Run", "load_run"]
+__all__ = ["Run", "load_run", "trained_model_dir"]
+
+
+def _run_path(run_dir: Any) -> Path:
+    if not isinstance(run_dir, str | os.PathLike) or not os.fspath(run_dir):
+        raise ConfigError(
+            f"run_dir: expected a run directory path (a str or Path: the output_dir of a run), got "
+            f"{type(run_dir).__name__} {run_dir!r}"
+        )
+    return Path(run_dir)
+
+
+def trained_model_dir(directory: str | Path, argument: str = "run_dir") -> Path:
+    """The trained weights in a run or checkpoint ``directory`` as a model directory: its ``model/`` (a supervised
+    run's final model, a checkpoint's weights), else the newest intact checkpoint's ``model/`` (a LoRA adapter
+    there loads merged into its base model).
+
+    Raises:
+        grove.models.pretrained.ModelLoadError: there is none (or only a sharded checkpoint), naming
+            ``argument`` and what the directory holds.
+    """
+    from grove.infra import checkpoint as ckpt
+    from grove.models.pretrained import ModelLoadError
+
+    path = Path(directory).expanduser()
+    model = path / "model"
+    if ((model / "config.json").is_file() or (model / "adapter_config.json").is_file()) and not ckpt.is_sharded(path):
+        return model
+    found = ckpt.find_loadable(path)
+    for sharded in (path, found.path):
+        if sharded is not None and ckpt.is_sharded(sharded):
+            raise ModelLoadError(ckpt.sharded_model_refusal(sharded, f"{argument} {str(directory)!r}"))
+    if found.path is not None:
+        return found.path / "model"
+    if found.damaged:
+        problems = "; ".join(f"{c.name}: {p}" for c, p in found.damaged)
+        raise ModelLoadError(f"{argument} {str(directory)!r}: none of its checkpoints loads ({problems})")
+    raise ModelLoadError(
+        f"{argument} {str(directory)!r} holds no trained model: no model/ and no checkpoints/ (did the run finish a "
+        "step?); give a run directory whose run saved a checkpoint, a checkpoint directory or a model directory"
+    )
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -31,6 +72,9 @@ class Run:
 
     run_dir: Path
     stopped_by: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "run_dir", _run_path(self.run_dir))
 
     @property
     def config(self) -> GroveConfig:
@@ -72,9 +116,7 @@ class Run:
     def model_dir(self) -> Path:
         """The run's trained weights as a model directory: its final ``model/`` (supervised runs write one), else the
         newest intact checkpoint's ``model/`` (LoRA adapters merged on loading)."""
-        from grove.models.initial_weights import initial_model_dir
-
-        return initial_model_dir(str(self.run_dir))
+        return trained_model_dir(self.run_dir)
 
     def plot(self) -> list[Path]:
         """Write the run's plots (``plots/*.png``: rewards, loss, accuracy, objectives) and return their paths."""
@@ -92,9 +134,9 @@ def load_run(run_dir: str | Path) -> Run:
     """The run in ``run_dir`` (started from Python or from the command line).
 
     Raises:
-        grove.config.ConfigError: ``run_dir`` holds no run (no ``config.yaml``).
+        grove.config.ConfigError: ``run_dir`` is not a path, or holds no run (no ``config.yaml``).
     """
-    path = Path(run_dir)
+    path = _run_path(run_dir)
     if not (path / "config.yaml").is_file():
         raise ConfigError(f"{run_dir}: no run there (no config.yaml); give the output_dir of a run")
     return Run(path)

@@ -22,7 +22,8 @@ __all__ = ["eval_"]
 def eval_(
     model: Annotated[
         list[str] | None,
-        typer.Option("--model", help="Model directory, checkpoint model/ dir, or 'smollm2-135m' (default: the config's); "
+        typer.Option("--model", help="Model directory, a run directory (its trained model), a checkpoint, or "
+                     "'smollm2-135m' (default: the config's); "
                      "repeat to compare models on the same items."),
     ] = None,
     task: Annotated[
