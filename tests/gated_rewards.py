@@ -17,3 +17,9 @@ def waits_for_gate(prompts, completions, **kwargs):
         while not gate.exists():
             time.sleep(0.05)
     return [float(len(c)) for c in completions]
+
+
+def slow(prompts, completions, **kwargs):
+    """Sleeps ``$GROVE_TEST_SLEEP`` seconds (default 1) per call: a phase that prints nothing for a while."""
+    time.sleep(float(os.environ.get("GROVE_TEST_SLEEP", "1")))
+    return [float(len(c)) for c in completions]

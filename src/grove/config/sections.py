@@ -258,7 +258,8 @@ class TrainConfig(Section):
         ge=1,
         description="A non-finite loss, gradient norm or advantage skips that optimizer step (gradients dropped, the "
         "step counted in `skipped_steps`); after this many consecutive skipped steps the run stops with an error, "
-        "its last good checkpoint intact.",
+        "its last good checkpoint intact. Likewise a step in which the environment failed in every copy "
+        "(`environment_failed_step`): this many in a row stop the run naming the environment.",
     )
 
     @property
@@ -369,6 +370,13 @@ class LoggingConfig(Section):
     tensorboard: bool = Field(True, description="Write TensorBoard event files to RUN_DIR/tensorboard.")
     samples_per_step: int = Field(4, ge=0, description="Completions written to samples.jsonl per step.")
     progress: bool = Field(True, description="Show the rich progress bar.")
+    heartbeat_seconds: float = Field(
+        60.0,
+        ge=0.0,
+        description="During a phase that prints nothing for this long (an evaluation, a step that compiles, an "
+        "environment evaluation of many episodes), print what the run is doing and how far it is, to a terminal or a "
+        "log file alike. 0: off.",
+    )
     plots: bool = Field(
         True,
         description="Draw RUN_DIR/plots/*.png (training curves, held-out accuracy, one panel per objective) when "

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from grove.evaluation.stats import AccuracyReport, SampledReport
+from grove.infra.heartbeat import report_progress
 from grove.infra.precision import autocast
 from grove.rewards.scoring import RewardSpec, compute_rewards, reward_columns
 from grove.rollout.engine import (
@@ -117,6 +118,7 @@ def evaluate(
             sampled_correct.extend(counts)
             sampled_tokens += tokens
             sampled_out.extend(records)
+        report_progress(min(first + batch_size, len(examples)), len(examples), "held-out prompts")
     if truncated:
         log.warning("rollout.prompt_overflow: truncate_left: %d of %d eval prompts lost their first tokens to fit "
                     "the model's context", truncated, len(examples))

@@ -46,6 +46,7 @@ from grove.experience.prompters import build_prompter
 from grove.experience.source import ScoredExperience, SourceContext
 from grove.experience.task_sampler import TaskSampler
 from grove.experience.trajectory_batch import trajectories_to_batch
+from grove.infra.heartbeat import report_progress
 from grove.infra.precision import autocast
 from grove.pipeline.dynamic_sampling import InformativeRounds, sample_informative_rounds
 from grove.registry import ACTION_PARSERS, EXPERIENCE_SOURCES
@@ -225,6 +226,7 @@ class EnvironmentSource:
                 run = self.play([(t, t) for t in chunk], copies, sampling, generator)
                 trajectories.extend(run.trajectories)
                 tokens += run.generated_tokens
+                report_progress(len(trajectories), len(tasks) * copies, "held-out episodes")
         _require_an_outcome(trajectories, self.suite.name)
         return trajectories, tokens
 

@@ -16,10 +16,13 @@ from rich.progress import (
 
 class TrainProgress:
     """``enabled``: the live bar (when stderr is a terminal); ``silent``: print nothing at all (ranks other than 0
-    of a multi-process run)."""
+    of a multi-process run); ``console``: the console to print on (default: a new one on stderr)."""
 
-    def __init__(self, total: int, completed: int, enabled: bool, silent: bool = False, label: str = "train") -> None:
-        self.console = Console(stderr=True, quiet=silent)
+    def __init__(
+        self, total: int, completed: int, enabled: bool, silent: bool = False, label: str = "train",
+        console: Console | None = None,
+    ) -> None:
+        self.console = console or Console(stderr=True, quiet=silent)
         # a live bar needs a terminal; in a log file (nohup, CI) print one line per step instead
         self.enabled = enabled and self.console.is_terminal
         self._progress = Progress(

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rich.console import Console
 
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig
@@ -34,6 +35,7 @@ from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import describe_sampled
 from grove.infra import checkpoint as ckpt
 from grove.infra import fault_points
+from grove.infra.heartbeat import Heartbeat
 from grove.infra.precision import autocast, slow_bf16_warning
 from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
@@ -106,6 +108,10 @@ class Trainer:
             raise
 
     def _build(self, cfg: GroveConfig, run_dir: Path, resume: bool, stage_kind: StageKind) -> None:
+        self.console = Console(stderr=True, quiet=not self.world.is_main)
+        # a line now and then in a long quiet phase, wherever stderr goes (rank 0)
+        self.heartbeat = Heartbeat(cfg.logging.heartbeat_seconds if self.world.is_main else 0.0,
+                                   lambda line: self.console.print(line, markup=False, highlight=False))
         start = prepare_run_dir(cfg, run_dir, self.world, resume)
         self.resume_from = start.checkpoint
         configure_runtime(**cfg.runtime_settings())
@@ -167,6 +173,12 @@ class Trainer:
         (rank 0; the others wait); the result, or ``None`` on the other ranks and without a policy evaluation.
         ``final``: the end-of-run evaluation, after the last checkpoint (marked so that a resumed run replaces it
         instead of adding one)."""
+        label = "final evaluation" if final else (
+            f"evaluation after step {self.step}" if self.step else "evaluation before training")
+        with self.heartbeat.phase(label):
+            return self._evaluate(final)
+
+    def _evaluate(self, final: bool) -> EvalResult | None:
         self.model.eval()
         evaluation = self.stage.held_out_evaluation
         record = evaluation(self.model) if evaluation is not None else self._held_out_loss()
@@ -298,7 +310,7 @@ class Trainer:
         # SIGTERM / Ctrl-C ask for a stop from here to the end (the evaluations before and after training included:
         # a signal there lets them finish); a KeyboardInterrupt raised by a reward or an environment is then theirs,
         # not a Ctrl-C
-        with StopRequests() as stop:
+        with StopRequests() as stop, self.heartbeat:
             if (self.step == 0 and cfg.eval.before_training) or self._periodic_evaluation_missing():
                 self.evaluate()
             if self.world.any(stop.requested, "stop request"):  # during that evaluation: no step to finish
@@ -324,18 +336,20 @@ class Trainer:
         cfg, stage = self.cfg, self.stage
         progress = TrainProgress(
             total=stage.steps, completed=self.step, enabled=cfg.logging.progress, silent=not self.world.is_main,
-            label=stage.label,
+            label=stage.label, console=self.console,
         )
         budget = cfg.train.time_budget_seconds
         loop_start = time.perf_counter()
         with progress:
             while self.step < stage.steps:
                 self.step += 1
-                metrics = self.train_step()
+                with self.heartbeat.phase(f"step {self.step}"):
+                    metrics = self.train_step()
                 metrics["elapsed_seconds"] = time.perf_counter() - loop_start
                 self.nonfinite_guard.observe(metrics)
                 self.logger.log_step(self.step, metrics)
                 progress.update(self.step, metrics)
+                self.heartbeat.touch()
                 self.nonfinite_guard.check(self.step)
                 out_of_time = budget is not None and metrics["elapsed_seconds"] >= budget
                 stopping = self.world.any(stop.requested, "stop request")  # a signal on any rank stops them all
@@ -345,6 +359,7 @@ class Trainer:
                     if result is not None:
                         sampled = describe_sampled(result.extra)
                         progress.note(f"step {self.step}: held-out {result.report}" + (f"; {sampled}" if sampled else ""))
+                        self.heartbeat.touch()
                 if (cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0) or last:
                     save_run_checkpoint(self.run_dir, self.step, self.state, cfg.checkpoint.keep_last)
                 if stopping:
