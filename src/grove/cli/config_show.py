@@ -78,6 +78,18 @@ def _run_device(cfg: GroveConfig) -> str:
 
 
 
+def _agent_context_tokens(cfg: GroveConfig, path) -> int:
+    """The most tokens an agent's context may hold before its answer: the model's context (or, in conversations,
+    env.max_context_tokens when smaller) less rollout.max_new_tokens (grove.experience.context_budget)."""
+    import json
+
+    config = json.loads((path / "config.json").read_text())
+    limit = int(config.get("max_position_embeddings") or cfg.env.max_context_tokens)
+    if cfg.env.prompt == "conversation":
+        limit = min(limit, cfg.env.max_context_tokens)
+    return max(1, limit - cfg.rollout.max_new_tokens)
+
+
 def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
     import psutil
     import torch
@@ -90,20 +102,19 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
     from grove.rollout.prepacked_linear import prepacking_supported
     from grove.tasks.task import build_task
 
-    if cfg.source_id == "environment":
-        console.print("memory plan: not available for environment episodes (their sample count and lengths vary "
-                      "from step to step); it covers single-turn completions")
-        return
     path = resolve_model_path(cfg.model.name)
-    tokenizer = _tokenizer(path)
-    examples = list(build_task(cfg.task).train)[:256]
-    prompt_tokens = max(
-        len(ids)
-        for ids in encode_prompts(
-            tokenizer, [e.prompt for e in examples], system_prompt=cfg.rollout.system_prompt,
-            use_chat_template=cfg.rollout.use_chat_template,
+    if cfg.source_id == "environment":  # the worst case: every context at its limit
+        prompt_tokens = _agent_context_tokens(cfg, path)
+    else:
+        tokenizer = _tokenizer(path)
+        examples = list(build_task(cfg.task).train)[:256]
+        prompt_tokens = max(
+            len(ids)
+            for ids in encode_prompts(
+                tokenizer, [e.prompt for e in examples], system_prompt=cfg.rollout.system_prompt,
+                use_chat_template=cfg.rollout.use_chat_template,
+            )
         )
-    )
     t = cfg.train
     dims = ModelDims.from_model_dir(path)
     lora = cfg.model.lora
@@ -134,13 +145,27 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
     )
     parts = estimate_peak_bytes(dims, shape)
     per_rank = f", per rank of {processes} ({cfg.distributed.strategy})" if processes > 1 else ""
-    table = Table(title=f"estimated peak memory (longest prompt {prompt_tokens} tokens{per_rank})")
+    what = (f"agent contexts at their limit of {prompt_tokens} tokens, the worst case" if cfg.source_id == "environment"
+            else f"longest prompt {prompt_tokens} tokens")
+    table = Table(title=f"estimated peak memory ({what}{per_rank})")
     table.add_column("component")
     table.add_column("GiB", justify="right")
     for name, value in parts.items():
         table.add_row(name, f"{value / GiB:.2f}")
     console.print(table)
     available = psutil.virtual_memory().available
+    budget = cfg.train.micro_batch_tokens
+    if budget is not None:
+        from grove.training.micro_batch_budget import AUTO_SHARE
+
+        cap = AUTO_SHARE * available if budget == "auto" else None
+        console.print(
+            "train.micro_batch_tokens: "
+            + (f"auto: a micro-batch's activations are kept under about {cap / GiB:.1f} GiB (half the memory "
+               "available now, measured again at each update); larger micro-batches are split"
+               if cap is not None else f"{budget} tokens at most per micro-batch; larger micro-batches are split"),
+            markup=False, highlight=False,
+        )
     if parts["total"] + GiB > available:
         from grove.infra.precision import native_bf16_products
 

@@ -51,7 +51,11 @@ class GroveConfig(Section):
     output_dir: str = Field(
         "runs/run", description="The run directory (metrics, samples, checkpoints, plots); not empty."
     )
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (null: all cores).")
+    threads: int | None = Field(
+        None, ge=1,
+        description="torch CPU threads (null: all cores, and on a CPU other processes use, the cores they leave free, "
+        "step by step).",
+    )
     host_allocator: Literal["retain", "system"] = Field(
         "retain",
         description="CPU memory allocator policy (Linux/glibc). 'retain': freed large blocks stay in the process heap "

@@ -188,6 +188,15 @@ class TrainConfig(Section):
     micro_batch_size: int = Field(
         8, ge=1, description="Completions per forward/backward (gradient accumulation); 8 = one group of G = 8."
     )
+    micro_batch_tokens: int | Literal["auto"] | None = Field(
+        "auto",
+        description="The most tokens (prompt + completion, as the forward runs them) a micro-batch may hold: a "
+        "micro-batch of train.micro_batch_size samples that holds more is split (a sample longer than the budget "
+        "runs alone). Gradients are sums over micro-batches, so only float rounding changes. 'auto' (default): "
+        "half of the memory available when the update starts (RAM on a CPU, free device memory on a GPU) divided by "
+        "one token's training activations for this model, precision and train.activation_checkpointing, so that "
+        "long agent conversations are split instead of running out of memory; null: no token budget.",
+    )
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient-norm clipping (null = off).")
     precision: Literal["fp32", "bf16", "auto"] = Field(
         "fp32",

@@ -79,13 +79,17 @@ class ModelDims:
     @classmethod
     def from_model_dir(cls, path: Path) -> ModelDims:
         """Read dimensions from ``config.json`` and parameter counts from the safetensors headers."""
-        config = json.loads((path / "config.json").read_text())
+        return cls.from_config(json.loads((path / "config.json").read_text()), count_params(path))
+
+    @classmethod
+    def from_config(cls, config: dict, num_params: int) -> ModelDims:
+        """The dimensions in a transformers config (as a dict: ``config.json``, or ``PretrainedConfig.to_dict()``)."""
         hidden = config["hidden_size"]
         heads = config["num_attention_heads"]
         head_dim = config.get("head_dim") or hidden // heads
         kv_heads = config.get("num_key_value_heads") or heads
         return cls(
-            num_params=count_params(path),
+            num_params=num_params,
             hidden=hidden,
             intermediate=config.get("intermediate_size", 4 * hidden),
             layers=config["num_hidden_layers"],
@@ -148,9 +152,15 @@ class RunShape:
     reward_model_bytes: float = 0.0  # weights of the models rewards load (sequence_classifier, judge), every rank
 
 
+def activation_bytes_per_token(m: ModelDims, compute_bytes: int, activation_checkpointing: bool) -> float:
+    """Bytes of the training activations autograd keeps per token of a micro-batch (see the module docstring)."""
+    per_token_layer = 8 * m.hidden + 2 * m.kv_dim + 4 * m.intermediate
+    values = m.layers * m.hidden + per_token_layer if activation_checkpointing else m.layers * per_token_layer
+    return float(values * compute_bytes)
+
+
 def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
     """Bytes of each resident component at the peak of a step (the training phase)."""
-    per_token_layer = 8 * m.hidden + 2 * m.kv_dim + 4 * m.intermediate
     if r.shared_prefix:
         groups = max(1, -(-r.micro_batch_size // r.completions_per_prompt))
         tokens = groups * r.prompt_tokens + r.micro_batch_size * r.max_new_tokens
@@ -174,9 +184,8 @@ def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
         "prepacked generation copy": (
             4.0 * m.num_params if r.packed_generation_copy and not r.bf16_generation_copy and not sharded else 0.0
         ),
-        "activations (one micro-batch)": float(
-            tokens * (m.layers * m.hidden + per_token_layer if r.activation_checkpointing else m.layers * per_token_layer)
-            * r.compute_bytes
+        "activations (one micro-batch)": tokens * activation_bytes_per_token(
+            m, r.compute_bytes, r.activation_checkpointing
         ),
         "generation KV cache": float(2 * m.layers * m.kv_dim * rows * (r.prompt_tokens + r.max_new_tokens) * r.compute_bytes),
     }

@@ -9,7 +9,7 @@ from grove.batch import RolloutBatch
 from grove.distributed.world import World
 from grove.pipeline.downsampling import signal_token_mask
 
-__all__ = ["largest_first", "micro_batches", "samples_with_signal"]
+__all__ = ["largest_first", "micro_batches", "samples_with_signal", "within_budget"]
 
 
 def samples_with_signal(mini: RolloutBatch) -> Tensor:
@@ -24,10 +24,12 @@ def samples_with_signal(mini: RolloutBatch) -> Tensor:
 
 
 def micro_batches(
-    mini: RolloutBatch, forward: str, skipping: bool, size: int, world: World
+    mini: RolloutBatch, forward: str, skipping: bool, size: int, world: World, max_tokens: int | None = None
 ) -> tuple[list[Tensor], int, Tensor]:
     """The mini-batch's micro-batches (sample indices, largest first), how many of them are real, and the samples
-    left out because they carry no signal (:func:`samples_with_signal`, when ``skipping``).
+    left out because they carry no signal (:func:`samples_with_signal`, when ``skipping``). A micro-batch holds at
+    most ``size`` samples and, with ``max_tokens`` (``train.micro_batch_tokens``), at most that many prompt +
+    completion tokens (:func:`within_budget`).
 
     Order: groups kept together for the prompt-sharing forwards (within a group, longest first); otherwise
     length-sorted, which wastes less compute on padding. Every rank runs as many micro-batches (FSDP2 gathers
@@ -41,7 +43,7 @@ def micro_batches(
     if skipping:  # samples whose gradient is exactly zero are not computed
         signal = samples_with_signal(mini)[order]
         order, left_out = order[signal], order[~signal]
-    micro = largest_first([m for m in torch.split(order, size) if len(m)], tokens)
+    micro = largest_first(within_budget(order, tokens, size, max_tokens), tokens)
     real = len(micro)
     count = world.max_int(real, "update: micro-batch count")
     filler = micro[-1:] or [torch.argsort(tokens, stable=True)[:1]]
@@ -58,3 +60,24 @@ def largest_first(micro_indices: list[Tensor], tokens: Tensor) -> list[Tensor]:
     docs/benchmarks.md). Gradients are sums over micro-batches, so only the summation order (float
     rounding) changes."""
     return sorted(micro_indices, key=lambda idx: -int(tokens[idx].sum()))  # sorted() is stable
+
+
+def within_budget(order: Tensor, tokens: Tensor, size: int, max_tokens: int | None) -> list[Tensor]:
+    """``order`` (sample indices) cut into consecutive runs of at most ``size`` samples holding at most
+    ``max_tokens`` tokens together (``tokens [samples]``; ``None``: no token bound); a sample longer than the budget
+    is a micro-batch of its own. The cuts are where the running token count (reset at each cut) would pass the
+    budget, found on the samples' counts as integers (one pass over at most a mini-batch of numbers)."""
+    if max_tokens is None:
+        return [m for m in torch.split(order, size) if len(m)]
+    counts = tokens[order].tolist()
+    lengths: list[int] = []
+    held = used = 0
+    for count in counts:
+        if held and (held == size or used + count > max_tokens):
+            lengths.append(held)
+            held = used = 0
+        held += 1
+        used += count
+    if held:
+        lengths.append(held)
+    return list(torch.split(order, lengths))

@@ -98,6 +98,7 @@ class UpdateSchedule:
     micro_batch_size: int
     max_grad_norm: float | None
     recompute_old_logprobs: bool = False
+    micro_batch_tokens: int | None = None  # a token budget per micro-batch (train.micro_batch_tokens, resolved)
 
     @property
     def on_policy(self) -> bool:
@@ -276,7 +277,8 @@ def _mini_batch_step(
     parts, coefs, tokens, world = ctx.parts, ctx.coefs, ctx.tokens, ctx.strategy.world
     mini = batch.select(mini_idx)
     micro_indices, real, left_out = micro_batches(
-        mini, parts.forward, _skipping(parts, coefs, tokens), ctx.schedule.micro_batch_size, world
+        mini, parts.forward, _skipping(parts, coefs, tokens), ctx.schedule.micro_batch_size, world,
+        ctx.schedule.micro_batch_tokens,
     )
     if epoch == 0:
         totals.zero_advantage_skipped += len(left_out)

@@ -16,6 +16,7 @@ and checkpoints.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import shutil
@@ -40,11 +41,13 @@ from grove.infra.precision import autocast, slow_bf16_warning
 from grove.infra.progress import TrainProgress
 from grove.infra.run_logs import NullRunLogger, RunLogger
 from grove.infra.runtime import configure_runtime, release_host_memory
+from grove.infra.shared_cpu import CoreShare
 from grove.pipeline.batch_stages import StageBatch, StageContext
 from grove.pipeline.token_details import TokenDetailsRecorder
 from grove.pipeline.update import policy_update
 from grove.resolve import check_config
 from grove.rollout_engines import build_rollout_engine
+from grove.training.micro_batch_budget import MicroBatchBudget
 from grove.training.nonfinite_guard import NonFiniteGuard, nonfinite_advantage_trajectories
 from grove.training.optim import build_optimizer
 from grove.training.preflight import preflight
@@ -115,6 +118,9 @@ class Trainer:
         start = prepare_run_dir(cfg, run_dir, self.world, resume)
         self.resume_from = start.checkpoint
         configure_runtime(**cfg.runtime_settings())
+        # on a CPU shared with other processes, torch's threads follow the free cores (threads: null, one process)
+        on_cpu = self.world.device.type == "cpu"
+        self.core_share = CoreShare(follow=cfg.threads is None and not self.world.distributed, watch=on_cpu)
         slow_bf16 = slow_bf16_warning(cfg.train.precision, generates_from_bf16_copy(cfg), self.world.device)
         if slow_bf16 is not None and self.world.is_main:
             log.warning("warning: %s", slow_bf16)
@@ -136,6 +142,10 @@ class Trainer:
             )
         self.source, self.loss_parts = self.stage.source, self.stage.loss
         self.schedule = self.stage.schedule
+        self.micro_batch_budget = MicroBatchBudget(
+            cfg.train.micro_batch_tokens, self.models.causal_lm, getattr(self.loss_parts, "precision", "fp32"),
+            cfg.train.activation_checkpointing, self.world.device,
+        )
         self.optimizer, self.scheduler = build_optimizer(
             self.model, cfg.optim, self.stage.optimizer_steps, seed=cfg.seed
         )
@@ -267,10 +277,15 @@ class Trainer:
         if nonfinite_advantages:  # the guard of docs/reliability.md: no update from these advantages
             update = {"skipped_optimizer_steps": float(self.schedule.ppo_epochs * self.schedule.mini_batches)}
         else:
+            budget = self.micro_batch_budget.tokens()  # tokens a micro-batch may hold (memory available now)
+            self.micro_batch_budget.note_split(batch, self.schedule.micro_batch_size, budget, self.step)
+            schedule = dataclasses.replace(self.schedule, micro_batch_tokens=budget)
             update = (stage.update or policy_update)(
-                self.model, self.optimizer, self.scheduler, batch, self.loss_parts, self.schedule, self.generator,
+                self.model, self.optimizer, self.scheduler, batch, self.loss_parts, schedule, self.generator,
                 coefs, self.models.strategy, token_details.trained_tokens,
             )
+            if budget is not None:
+                update["micro_batch_tokens"] = float(budget)
         fault_points.reached("update", self.step)
         if stage.generates_each_step:
             with self.world.phase("update: refresh the generation weights"):
@@ -343,8 +358,10 @@ class Trainer:
         with progress:
             while self.step < stage.steps:
                 self.step += 1
+                threads = self.core_share.before_step(self.step)
                 with self.heartbeat.phase(f"step {self.step}"):
                     metrics = self.train_step()
+                metrics["cpu_threads"] = float(threads)
                 metrics["elapsed_seconds"] = time.perf_counter() - loop_start
                 self.nonfinite_guard.observe(metrics)
                 self.logger.log_step(self.step, metrics)
