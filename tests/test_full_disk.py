@@ -16,7 +16,6 @@ import os
 import resource
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -29,28 +28,14 @@ from grove.cli import app
 from grove.infra import checkpoint as ckpt
 from grove.infra.write_failures import DISK_FULL, SIZE_LIMIT, RunWriteError, write_failure_cause
 from grove.models.tiny import create_tiny_model_dir
+from tmpfs_mounts import can_mount
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("seconds", "per_second")
 runner = CliRunner()
 
 
-def _can_mount() -> bool:
-    if os.geteuid() != 0:
-        return False
-    probe = Path(f"/tmp/grove-mount-probe-{uuid.uuid4().hex}")
-    probe.mkdir()
-    try:
-        ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
-                            capture_output=True).returncode == 0
-        if ok:
-            subprocess.run(["umount", str(probe)], check=True)
-        return ok
-    finally:
-        probe.rmdir()
-
-
-needs_mount = pytest.mark.skipif(not _can_mount(), reason="mounting a tmpfs needs root (and a kernel that lets us)")
+needs_mount = pytest.mark.skipif(not can_mount(), reason="mounting a tmpfs needs root (and a kernel that lets us)")
 
 
 class SmallDisk:

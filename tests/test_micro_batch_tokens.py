@@ -70,8 +70,7 @@ def test_a_budget_splits_an_agent_step_with_the_same_gradients(tmp_path, monkeyp
     monkeypatch.setattr(budget_module, "available_memory", lambda device: 2 * 1088 * 4 * 150 / AUTO_SHARE)
     with caplog.at_level(logging.WARNING, logger="grove.training.micro_batch_budget"):
         split = _agent_run(tiny, tmp_path / "split")
-    assert [r["micro_batch_tokens"] for r in split] == [150.0, 150.0]
-    assert "train.micro_batch_tokens: auto, from the memory available" in caplog.text
+    assert "more than the 150 a micro-batch may hold (train.micro_batch_tokens: auto, from the memory" in caplog.text
     for a, b in zip(whole, split, strict=True):
         assert a["generated_tokens"] == b["generated_tokens"] and a["reward_mean"] == b["reward_mean"]
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4, abs=1e-6)

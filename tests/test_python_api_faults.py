@@ -153,7 +153,7 @@ def test_evaluate_a_supervised_run_directory(tmp_path, tiny_model):
 
 def test_evaluate_a_run_directory_without_a_trained_model_says_so(tmp_path):
     (tmp_path / "config.yaml").write_text("seed: 0\n")
-    with pytest.raises(ModelLoadError, match="model '.*' holds no trained model: no model/ and no checkpoints/"):
+    with pytest.raises(ModelLoadError, match="model '.*' holds no model: no config.json, no model/ and no checkpoints/"):
         grove.evaluate(model=tmp_path, max_examples=1)
 
 

@@ -13,7 +13,6 @@ import os
 import re
 import socket
 import subprocess
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,27 +24,13 @@ from grove.models.tiny import create_tiny_model_dir
 from grove.view import build_report
 from grove.view.shared_text import BIDI_CONTROLS
 from grove.view.site_writer import script_json
+from tmpfs_mounts import can_mount
 
 runner = CliRunner()
 PROGRESS_BAR = re.compile(r"\|\s*\d+/\d+ \[")  # tqdm's "| 3/20 [" (loading and writing weights)
 
 
-def _can_mount() -> bool:
-    if os.geteuid() != 0:
-        return False
-    probe = Path(f"/tmp/grove-mount-probe-{uuid.uuid4().hex}")
-    probe.mkdir()
-    try:
-        ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
-                            capture_output=True).returncode == 0
-        if ok:
-            subprocess.run(["umount", str(probe)], check=True)
-        return ok
-    finally:
-        probe.rmdir()
-
-
-CAN_MOUNT = _can_mount()
+CAN_MOUNT = can_mount()
 
 
 @contextmanager

@@ -36,26 +36,13 @@ def trained_model_dir(directory: str | Path, argument: str = "run_dir") -> Path:
             ``argument`` and what the directory holds.
     """
     from grove.infra import checkpoint as ckpt
-    from grove.models.pretrained import ModelLoadError
+    from grove.models.initial_weights import newest_checkpoint_model
 
     path = Path(directory).expanduser()
     model = path / "model"
     if ((model / "config.json").is_file() or (model / "adapter_config.json").is_file()) and not ckpt.is_sharded(path):
         return model
-    found = ckpt.find_loadable(path)
-    for sharded in (path, found.path):
-        if sharded is not None and ckpt.is_sharded(sharded):
-            raise ModelLoadError(ckpt.sharded_model_refusal(sharded, f"{argument} {str(directory)!r}"))
-    if found.path is not None:
-        return found.path / "model"
-    if found.damaged:
-        problems = "; ".join(f"{c.name}: {p}" for c, p in found.damaged)
-        raise ModelLoadError(f"{argument} {str(directory)!r}: none of its checkpoints loads ({problems})")
-    raise ModelLoadError(
-        f"{argument} {str(directory)!r} holds no trained model: no model/ and no checkpoints/ (did the run finish a "
-        "step?); give a run directory whose run saved a checkpoint, a checkpoint directory or a model directory"
-    )
-
+    return newest_checkpoint_model(path, f"{argument} {str(directory)!r}")
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():

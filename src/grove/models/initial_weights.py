@@ -22,7 +22,7 @@ from pathlib import Path
 from grove.infra import checkpoint as ckpt
 from grove.models.pretrained import ModelLoadError, grove_cache_dir
 
-__all__ = ["initial_model_dir", "policy_source"]
+__all__ = ["initial_model_dir", "newest_checkpoint_model", "policy_source"]
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -45,18 +45,25 @@ def initial_model_dir(init_from: str) -> Path:
         return path
     if _is_model_dir(path / "model") and not ckpt.is_sharded(path):  # a run's final model, or a checkpoint directory
         return path / "model"
+    return newest_checkpoint_model(path, f"model.init_from {init_from!r}", also_sharded=path.parent)
+
+
+def newest_checkpoint_model(path: Path, label: str, also_sharded: Path | None = None) -> Path:
+    """The ``model/`` of the newest intact checkpoint of the run directory ``path`` (a LoRA adapter there loads
+    merged into its base model); :class:`ModelLoadError` naming ``label`` when the checkpoints are sharded (or
+    ``also_sharded`` is), all damaged, or absent."""
     found = ckpt.find_loadable(path)
-    for sharded in (path.parent, path, found.path):
+    for sharded in (also_sharded, path, found.path):
         if sharded is not None and ckpt.is_sharded(sharded):
-            raise ModelLoadError(ckpt.sharded_model_refusal(sharded, f"model.init_from {init_from!r}"))
+            raise ModelLoadError(ckpt.sharded_model_refusal(sharded, label))
     if found.path is not None:
         return found.path / "model"
     if found.damaged:
         problems = "; ".join(f"{c.name}: {p}" for c, p in found.damaged)
-        raise ModelLoadError(f"model.init_from {init_from!r}: none of its checkpoints loads ({problems})")
+        raise ModelLoadError(f"{label}: none of its checkpoints loads ({problems})")
     raise ModelLoadError(
-        f"model.init_from {init_from!r} holds no model: no config.json, no model/ and no checkpoints/ (did the run "
-        "finish a step?); give a run directory, a checkpoint directory or a model directory"
+        f"{label} holds no model: no config.json, no model/ and no checkpoints/ (did the run finish a step?); give a "
+        "run directory whose run saved a checkpoint, a checkpoint directory or a model directory"
     )
 
 

@@ -284,8 +284,6 @@ class Trainer:
                 self.model, self.optimizer, self.scheduler, batch, self.loss_parts, schedule, self.generator,
                 coefs, self.models.strategy, token_details.trained_tokens,
             )
-            if budget is not None:
-                update["micro_batch_tokens"] = float(budget)
         fault_points.reached("update", self.step)
         if stage.generates_each_step:
             with self.world.phase("update: refresh the generation weights"):
