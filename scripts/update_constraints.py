@@ -1,4 +1,4 @@
-"""Write ``constraints.txt``: the exact version of every package ``pip install -e ".[dev,hubs]"`` brings in, as installed
+"""Write ``constraints.txt``: the exact version of every package ``pip install -e ".[dev,all]"`` brings in, as installed
 in this environment, so ``make demo`` and ``make test`` install what the test suite passed with.
 
     python scripts/update_constraints.py           # rewrite constraints.txt from the installed packages

@@ -21,7 +21,7 @@ def test_the_installed_packages_are_the_pinned_ones():
 
 
 def test_the_makefile_installs_with_the_constraints():
-    assert '-e ".[dev,hubs]" -c constraints.txt' in (ROOT / "Makefile").read_text()
+    assert '-e ".[dev,all]" -c constraints.txt' in (ROOT / "Makefile").read_text()
 
 
 def _install_packages():

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-import grove.tasks.clinical as clinical
+import grove.wings.clinical.clinical_task as clinical
 from grove.atomic_files import write_json_atomic
 from grove.config import GroveConfig
 from grove.demos import (

@@ -18,16 +18,16 @@ from tests.test_envs_sokoban import shortest_solution
 from tests.test_envs_toy_text import taxi_plan
 
 from grove.envs import build_environment
-from grove.envs import sokoban as sokoban_module
 from grove.envs.base import Transition
-from grove.envs.cliffwalking import CliffWalkingEnvironment, CliffWalkingParams
-from grove.envs.frozenlake import FrozenLakeEnvironment, FrozenLakeParams
-from grove.envs.kb_routing import KbRoutingEnv, KbRoutingParams, _Shared
-from grove.envs.kb_routing_rewards import format_ok
 from grove.envs.oracle import OracleEnvironment, has_oracle
-from grove.envs.sokoban import SokobanEnvironment, SokobanParams
-from grove.envs.sokoban_levels import SokobanLevel, generate_level, solve
 from grove.envs.transition_table_plans import plan_transition_table
+from grove.wings.games import sokoban as sokoban_module
+from grove.wings.games.cliffwalking import CliffWalkingEnvironment, CliffWalkingParams
+from grove.wings.games.frozenlake import FrozenLakeEnvironment, FrozenLakeParams
+from grove.wings.games.sokoban import SokobanEnvironment, SokobanParams
+from grove.wings.games.sokoban_levels import SokobanLevel, generate_level, solve
+from grove.wings.kb_routing.kb_routing_environment import KbRoutingEnv, KbRoutingParams, _Shared
+from grove.wings.kb_routing.kb_routing_rewards import format_ok
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TASKS = 20

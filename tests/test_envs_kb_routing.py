@@ -13,14 +13,20 @@ import grove.core  # noqa: F401  (registration)
 from grove.batch import step_kind_id
 from grove.core.advantages.common import run_estimator
 from grove.envs.base import EnvironmentSuite, EpisodeRecord
-from grove.envs.kb_routing import KbRoutingEnv, KbRoutingParams, _Shared, summarize_episodes
-from grove.envs.kb_routing_rewards import answer_score, format_ok, parse_reply
 from grove.experience.episodes import run_episodes
 from grove.experience.trajectory_batch import trajectories_to_batch
-from grove.knowledge import GoldStep, Passage, RoutingQuestion
+from grove.knowledge import Passage
 from grove.registry import ACTION_PARSERS, ADVANTAGE_ESTIMATORS
 from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine
+from grove.wings.kb_routing.kb_routing_environment import (
+    KbRoutingEnv,
+    KbRoutingParams,
+    _Shared,
+    summarize_episodes,
+)
+from grove.wings.kb_routing.kb_routing_rewards import answer_score, format_ok, parse_reply
+from grove.wings.kb_routing.routing_question_types import GoldStep, RoutingQuestion
 
 
 class FakeKB:

@@ -1,4 +1,4 @@
-"""Sokoban by reverse play (grove.envs.sokoban): deterministic, solvable, exact grid anchors, gym-sokoban rewards."""
+"""Sokoban by reverse play (grove.wings.games.sokoban): deterministic, solvable, exact grid anchors, gym-sokoban rewards."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import deque
 import pytest
 
 from grove.envs import build_environment
-from grove.envs.sokoban import EVAL_TASK_OFFSET
-from grove.envs.sokoban_levels import MOVES, SokobanLevel, generate_level, render_grid
+from grove.wings.games.sokoban import EVAL_TASK_OFFSET
+from grove.wings.games.sokoban_levels import MOVES, SokobanLevel, generate_level, render_grid
 
 
 def shortest_solution(level: SokobanLevel) -> int:

@@ -1,4 +1,4 @@
-"""TextWorld games generated offline and cached (grove.envs.text_games).
+"""TextWorld games generated offline and cached (grove.wings.games.text_games).
 
 One cooking game and one held-out game are generated per test session into a temporary cache (a few seconds).
 """
@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("textworld")
 
 from grove.envs import build_environment  # noqa: E402
-from grove.envs.text_games import (  # noqa: E402
+from grove.wings.games.text_games import (  # noqa: E402
     EVAL_TASK_OFFSET,
     TextWorldParams,
     challenge_settings,

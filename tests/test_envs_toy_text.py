@@ -1,4 +1,4 @@
-"""Gymnasium toy-text environments as text (grove.envs.frozenlake, cliffwalking, taxi) and build_environment (grove.envs.factory)."""
+"""Gymnasium toy-text environments as text (grove.wings.games.frozenlake, cliffwalking, taxi) and build_environment (grove.envs.factory)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from grove.envs import EnvironmentSuite, Observation, Transition, build_environment
-from grove.envs.frozenlake import _frozenlake_map
-from grove.envs.taxi import TAXI_START_STATES
 from grove.envs.toy_text_environment import EVAL_TASK_OFFSET
 from grove.registry import ENVIRONMENTS
+from grove.wings.games.frozenlake import _frozenlake_map
+from grove.wings.games.taxi import TAXI_START_STATES
 
 
 def play(env, actions) -> list[Transition]:
@@ -286,10 +286,10 @@ def test_build_environment_by_import_path():
     assert list(build_environment(f"{__name__}:typed_suite", {"tasks": 4}).train_tasks) == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="tasks"):
         build_environment(f"{__name__}:typed_suite", {"tasks": 0})
-    registered = build_environment("grove.envs.cliffwalking:cliffwalking_suite", {"num_train_tasks": 3})
+    registered = build_environment("grove.wings.games.cliffwalking:cliffwalking_suite", {"num_train_tasks": 3})
     assert registered.name == "cliffwalking" and len(registered.train_tasks) == 3
     with pytest.raises(ValueError, match="num_train_task"):
-        build_environment("grove.envs.cliffwalking:cliffwalking_suite", {"num_train_task": 3})
+        build_environment("grove.wings.games.cliffwalking:cliffwalking_suite", {"num_train_task": 3})
     with pytest.raises(ValueError, match="cannot import"):
         build_environment("no_such_module_xyz:f", {})
     with pytest.raises(ValueError, match="no attribute"):

@@ -114,7 +114,7 @@ def test_won_if_terminated_and_survived():
 
 
 def test_action_names_given_and_anchor_none(caplog):
-    with caplog.at_level(logging.WARNING, logger="grove.envs.gymnasium_text"):
+    with caplog.at_level(logging.WARNING, logger="grove.hubs.gymnasium.gymnasium_text"):
         suite = lake(actions=["W", "S", "E", "N"], anchor="none")
     assert "reduces to episode-level GRPO" in caplog.text
     env = suite.make()

@@ -22,7 +22,7 @@ from tests.test_experience_environments import env_args
 from tests.test_train_e2e import metric_rows, run_cli
 
 from grove.envs import build_environment
-from grove.envs.openenv_servers import OpenEnvParams, OpenEnvServerError, OpenEnvServerSpec
+from grove.hubs.openenv.openenv_servers import OpenEnvParams, OpenEnvServerError, OpenEnvServerSpec
 from grove.resolve import load_config
 
 pytest.importorskip("openenv")
@@ -168,7 +168,7 @@ def test_a_server_killed_mid_episode_fails_that_step_and_is_replaced(caplog):
         os.killpg(server.process.pid, signal.SIGKILL)
         with pytest.raises(OpenEnvServerError, match="exited with code -9"):
             env.step("inc")
-        with caplog.at_level(logging.WARNING, logger="grove.envs.openenv_servers"):
+        with caplog.at_level(logging.WARNING, logger="grove.hubs.openenv.openenv_servers"):
             assert suite.make().reset(2, 0).anchor == 0
         assert "starting a new one" in caplog.text
         (replacement,) = suite.make.processes

@@ -15,7 +15,7 @@ from tests.test_experience_environments import env_args
 from tests.test_train_e2e import metric_rows, run_cli
 
 from grove.envs import build_environment
-from grove.envs.textarena_games import random_move
+from grove.hubs.textarena.textarena_games import random_move
 from grove.resolve import load_config
 
 HANOI = ["[A C]", "[A B]", "[C B]", "[A C]", "[B A]", "[B C]", "[A C]"]
@@ -174,7 +174,7 @@ def test_bad_parameters_are_errors_naming_the_field(params, field, says):
 
 
 def test_a_game_without_a_board_gets_a_key_per_step(caplog):
-    with caplog.at_level("WARNING", logger="grove.envs.textarena_games"):
+    with caplog.at_level("WARNING", logger="grove.hubs.textarena.textarena_games"):
         s = suite("KuhnPoker-v0")
     assert s.metadata["anchor"] == "none" and "reduces to episode-level GRPO" in caplog.text
     env = s.make()

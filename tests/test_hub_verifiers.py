@@ -16,8 +16,8 @@ import pytest
 vf = pytest.importorskip("verifiers.v1")
 
 from grove.envs import build_environment  # noqa: E402
+from grove.hubs.verifiers.verifiers_rubrics import completion_trace, rubric_of  # noqa: E402
 from grove.rewards.scoring import RewardFunctionError, compute_rewards, resolve_reward, reward_columns  # noqa: E402
-from grove.rewards.verifiers_rubrics import completion_trace, rubric_of  # noqa: E402
 from grove.tasks.task import TaskDataError, build_task, columns_for_rewards  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from grove.knowledge import KnowledgeBase, Passage, build_knowledge_base, clear_knowledge_base_memo
-from grove.knowledge.keyed_search import KEY_MATCH_SCORE
-from grove.knowledge.sentence_embeddings import encoded_text_count
 from grove.registry import KNOWLEDGE_BASES
+from grove.wings.kb_routing.keyed_search import KEY_MATCH_SCORE
+from grove.wings.kb_routing.sentence_embeddings import encoded_text_count
 
 
 @pytest.fixture(scope="session")
@@ -187,7 +187,7 @@ def test_wikipedia_dense_on_a_subset(kb_cache):
 def test_encode_texts_is_normalised():
     import numpy as np
 
-    from grove.knowledge import encode_texts
+    from grove.wings.kb_routing.sentence_embeddings import encode_texts
 
     emb = encode_texts(
         ["The cat sits on the mat.", "A cat is sitting on a mat.", "Stock markets fell today."]

@@ -19,22 +19,21 @@ ALLOWED = {
     "user_code": set(),
     "python_objects": set(),
     "registry": {"python_objects", "user_code"},
-    "verifiers_loading": {"registry"},
-    "builtin_components": {"core", "envs", "experience", "rewards", "rollout_engines", "tasks"},
+    "builtin_components": {"core", "envs", "experience", "registry", "rewards", "rollout_engines", "tasks"},
     "rollout_engines": {"config", "registry", "rollout"},
     "core": {"batch", "registry"},
     "kernels": set(),
     "models": {"batch", "core", "infra", "kernels", "rollout"},
     "rollout": set(),
-    "rewards": {"infra", "models", "python_objects", "registry", "user_code", "verifiers_loading"},
-    "tasks": {"atomic_files", "knowledge", "registry", "verifiers_loading"},
+    "rewards": {"infra", "models", "python_objects", "registry", "user_code"},
+    "tasks": {"atomic_files", "knowledge", "registry"},
     "infra": {"atomic_files", "kernels", "user_code"},
     "evaluation": {"infra", "rewards", "rollout", "tasks", "user_code"},
     "config": {"core", "infra", "registry", "tasks"},
     "pipeline": {"batch", "config", "core", "distributed", "infra", "kernels", "models", "rewards", "rollout", "tasks"},
     "distributed": {"batch"},
     "knowledge": {"atomic_files", "registry"},
-    "envs": {"knowledge", "registry", "user_code", "verifiers_loading"},
+    "envs": {"knowledge", "registry", "user_code"},
     "sft": {"batch", "config", "rollout"},
     "rm": {"batch", "config", "distributed", "evaluation", "infra", "rewards", "sft"},
     "demos": {"atomic_files", "config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
@@ -58,7 +57,16 @@ ALLOWED = {
         "api", "command_failures", "config", "demos", "distributed", "evaluation", "experience", "infra",
         "models", "resolve", "rollout", "rollout_engines", "tasks", "training", "view",
     },
+    # hub adapters and applications: one folder each, importing the core only (never another folder outside it)
+    "hubs": {"atomic_files", "config", "envs", "python_objects", "registry", "rewards", "tasks", "user_code"},
+    "wings": {
+        "atomic_files", "config", "core", "demos", "envs", "knowledge", "python_objects", "registry", "rewards",
+        "tasks", "user_code",
+    },
 }
+
+# the folders outside the core (the registry loads their declarations by name: grove.registry.load_declarations)
+OUTSIDE_THE_CORE = ("hubs", "wings")
 
 
 def files_of(package: str) -> list[Path]:
@@ -87,6 +95,21 @@ def test_layers_import_downwards_only(package):
     for path in files:
         extra = grove_imports(path) - ALLOWED[package] - {package}
         assert not extra, f"{path.relative_to(SRC)} imports grove.{sorted(extra)}, outside what {package}/ may use"
+
+
+def test_the_core_never_imports_a_hub_or_an_application():
+    """No core module imports anything outside the core (the registry loads the folders' ``*_declarations`` modules
+    by name, :func:`grove.registry.load_declarations`), and a folder outside the core imports no other folder."""
+    graph = module_graph()
+    for name, targets in graph.items():
+        top = name.split(".")[1] if name.count(".") else ""
+        for target in targets:
+            outside = target.split(".")[1] if target.count(".") else ""
+            if outside not in OUTSIDE_THE_CORE:
+                continue
+            assert top in OUTSIDE_THE_CORE, f"the core module {name} imports {target}"
+            assert target.split(".")[:3] == name.split(".")[:3] or target.count(".") == 1, (
+                f"{name} imports {target}, another folder outside the core")
 
 
 def _is_type_checking_block(node: ast.AST) -> bool:

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from grove.cli import app
+from grove.hubs.reasoning_gym.reasoning_gym_tasks import EVAL_SEED_OFFSET
 from grove.rewards.scoring import bind_reward
-from grove.tasks.reasoning_gym_tasks import EVAL_SEED_OFFSET
 from grove.tasks.task import Example, TaskDataError, TaskParamsError, build_task, columns_for_rewards
 
 pytest.importorskip("reasoning_gym")

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from grove.registry import REWARD_FUNCTIONS
-from grove.rewards.clinical_objectives import (
+from grove.wings.clinical.clinical_objectives import (
     OBJECTIVES,
     ClinicalObjectivesParams,
     clinical_objectives,
@@ -20,7 +20,7 @@ from grove.rewards.clinical_objectives import (
     parse_choice,
     reasoning_text,
 )
-from grove.rewards.hpo_mentions import find_mentions, load_lexicon, tokens
+from grove.wings.clinical.hpo_mentions import find_mentions, load_lexicon, tokens
 
 SEIZURE = {"id": "HP:0001250", "name": "Seizure", "synonyms": ["Seizures", "Epileptic seizure"]}
 DELAY = {"id": "HP:0001263", "name": "Global developmental delay", "synonyms": []}
@@ -270,7 +270,7 @@ def test_negation_window_counts_words(lexicon_file):
 
 
 def test_words_inside_a_mention_are_not_negation_cues():
-    from grove.rewards.hpo_mentions import PhraseIndex
+    from grove.wings.clinical.hpo_mentions import PhraseIndex
 
     index = PhraseIndex.from_terms({"T": ["Absent thumb"], "S": ["Seizure"]}, filter_common=True)
     assert find_mentions(tokens("absent thumb, seizures"), [index]) == [

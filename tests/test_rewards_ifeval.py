@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-import grove.rewards.ifeval_instructions  # noqa: F401  (registers the reward)
+import grove.wings.ifeval.ifeval_instructions  # noqa: F401  (registers the reward)
 from grove.registry import REWARD_FUNCTIONS
-from grove.rewards import ifeval_checkers
-from grove.rewards.ifeval_instructions import CATEGORIES, INSTRUCTION_IDS, IFEvalInstructionsParams
 from grove.rewards.scoring import bind_reward
-from grove.tasks.ifeval import load_rows
+from grove.wings.ifeval import ifeval_checkers
+from grove.wings.ifeval.ifeval_instructions import CATEGORIES, INSTRUCTION_IDS, IFEvalInstructionsParams
+from grove.wings.ifeval.ifeval_task import load_rows
 
 NO_COMMA = ("punctuation:no_comma", {})
 WORDS_10 = ("length_constraints:number_words", {"num_words": 10, "relation": "at least"})
@@ -252,7 +252,7 @@ def test_adapter_agrees_with_upstream_evaluation_functions():
 def test_evaluation_summary_pools_instructions_for_instruction_level_accuracy():
     import torch
 
-    from grove.rewards.ifeval_instructions import IFEvalInstructionsParams
+    from grove.wings.ifeval.ifeval_instructions import IFEvalInstructionsParams
 
     params = IFEvalInstructionsParams()
     names = list(params.objective_names())

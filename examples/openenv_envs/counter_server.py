@@ -2,7 +2,7 @@
 
 The OpenEnv ``Environment`` subclass :class:`CounterEnvironment` is served with
 ``openenv.core.env_server.create_fastapi_app``, so its WebSocket protocol is OpenEnv's own (grove's ``openenv``
-adapter, ``src/grove/envs/openenv_servers.py``, talks to it like to any OpenEnv server; ``docs/hub-openenv.md``).
+adapter, ``src/grove/hubs/openenv/openenv_servers.py``, talks to it like to any OpenEnv server; ``docs/hub-openenv.md``).
 
 * **reset(seed)**: the counter starts at 0; the target is ``1 + seed % 3`` (grove passes the task id as the seed).
 * **step(CounterAction(command))**: ``inc`` adds 1, ``dec`` subtracts 1, anything else leaves the counter as it is.

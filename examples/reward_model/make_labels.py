@@ -14,7 +14,7 @@ candidate); each other one is that completion with controlled corruptions drawn 
 * a wrong answer: with probability 0.5 the verdict (the same sentence) and the ``<answer>`` name another candidate
   (accuracy 0).
 
-Every completion is scored by the rule-based reward (:func:`grove.rewards.clinical_objectives.score_sample`, the
+Every completion is scored by the rule-based reward (:func:`grove.wings.clinical.clinical_objectives.score_sample`, the
 config's ``clinical_objectives`` settings: lenient answers); an objective the rules do not apply to (faithfulness
 with nothing asserted) is written as ``null``, a missing label. The prompt is written as the messages a rollout
 starts from: ``rollout.system_prompt`` and the case's prompt. Rows: ``{"prompt": [...], "completion": str,
@@ -32,11 +32,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from grove.demos.task_answers import clinical_completion
 from grove.resolve import load_config
-from grove.rewards.clinical_objectives import ClinicalObjectivesParams, score_sample
-from grove.rewards.hpo_mentions import load_lexicon
 from grove.tasks.task import build_task
+from grove.wings.clinical.clinical_demonstrations import clinical_completion
+from grove.wings.clinical.clinical_objectives import ClinicalObjectivesParams, score_sample
+from grove.wings.clinical.hpo_mentions import load_lexicon
 
 HEADS = ("accuracy", "faithfulness", "comprehensiveness")
 

@@ -95,6 +95,7 @@ class Entry(Generic[T]):
     zero_advantage_rows_skippable: bool = False
     capabilities: frozenset[type] = field(default_factory=frozenset)
     step_columns: frozenset[str] = frozenset()
+    extra: str | None = None  # the pip extra its module's dependencies come with (None: the core's)
 
     def declares(self, capability: type) -> bool:
         """Whether the parameter model declares ``capability`` (one of :data:`PARAMETER_CAPABILITIES`)."""
@@ -108,12 +109,92 @@ class UnknownComponentError(KeyError):
         return str(self.args[0])
 
 
+class MissingExtraError(ValueError):
+    """A declared component's module cannot be imported because its extra is not installed; the message names the
+    component and the ``pip install 'grove[extra]'`` that brings it (a config check reports it as one ``error:``
+    line naming the key, exit 2)."""
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What a registry knows of a component whose module is imported only when a config uses it (an application
+    or hub adapter with its own extra): its id, the module whose import registers it, the extra its dependencies
+    come with, and its documentation fields (see :meth:`Registry.register`)."""
+
+    id: str
+    module: str
+    extra: str
+    needs: tuple[str, ...] = ()  # the top-level modules the extra installs (checked before the module is imported)
+    install: str = ""  # the command that installs them, when not just pip install 'grove[extra]'
+    summary: str = ""
+    paper: str = ""
+    requires: tuple[str, ...] = ()
+    formula: str = ""
+    reference: str = ""
+
+
 class Registry(Generic[T]):
     """A named table of components of one kind (e.g. ``"policy loss"``)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, Entry[T]] = {}
+        self._declared: dict[str, Declaration] = {}
+
+    def declare(
+        self, id: str, *, module: str, extra: str, needs: tuple[str, ...] = (), install: str = "", summary: str = "",
+        paper: str = "", requires: tuple[str, ...] = (), formula: str = "", reference: str = "",
+    ) -> None:
+        """Declare a component registered by ``module`` when it is imported (see :class:`Declaration`): listed with
+        the other ids, imported by the first :meth:`entry`, :meth:`get` or :meth:`validate_params` of ``id``. The
+        module's own :meth:`register` call may leave out what the declaration says (summary, paper, requires,
+        formula, reference)."""
+        if id in self._declared:
+            raise ValueError(f"{self.kind} id {id!r} is already declared")
+        declared = Declaration(id, module, extra, tuple(needs), install, summary, paper, tuple(requires), formula,
+                               reference)
+        self._declared[id] = declared
+        registered = self._entries.get(id)
+        if registered is not None:  # its module was imported first (directly): the declaration documents it now
+            if getattr(registered.fn, "__module__", module) != module:
+                raise ValueError(f"{self.kind} id {id!r} is already registered by {registered.fn.__module__!r}")
+            self._entries[id] = _documented(registered, declared)
+
+    def _missing_extra(self, id: str, module: str) -> MissingExtraError:
+        declared = self._declared[id]
+        install = declared.install or f"pip install 'grove[{declared.extra}]'"
+        return MissingExtraError(
+            f"{self.kind} {id!r} needs the {declared.extra!r} extra, which is not installed (no module named "
+            f"{module!r}): {install} (or 'grove[all]' for every application and hub adapter)"
+        )
+
+    def declaration(self, id: str) -> Declaration | None:
+        """The declaration of ``id`` (``None``: a core component, or unknown)."""
+        return self._declared.get(id)
+
+    def extra_of(self, id: str) -> str | None:
+        """The extra ``id``'s dependencies come with (``None``: the core's)."""
+        declared = self._declared.get(id)
+        return declared.extra if declared is not None else None
+
+    def _import_declared(self, id: str) -> None:
+        """Import the module that registers the declared ``id``; :class:`MissingExtraError` when a dependency of
+        its extra is not installed."""
+        import importlib
+
+        declared = self._declared[id]
+        absent = next((name for name in declared.needs if not _importable(name)), None)
+        if absent is not None:
+            raise self._missing_extra(id, absent)
+        try:
+            importlib.import_module(declared.module)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or str(exc)
+            if missing.split(".")[0] == "grove":
+                raise
+            raise self._missing_extra(id, missing) from exc
+        if id not in self._entries:
+            raise RuntimeError(f"module {declared.module!r} did not register {self.kind} {id!r} it declares")
 
     def register(
         self,
@@ -158,38 +239,102 @@ class Registry(Generic[T]):
             if id in self._entries and self._entries[id].fn is not fn:
                 raise ValueError(f"{self.kind} id {id!r} is already registered")
             doc = (fn.__doc__ or "").strip().splitlines()
-            self._entries[id] = Entry(
+            entry = Entry(
                 id, fn, params, paper, summary or (doc[0] if doc else ""), frozenset(requires), formula, reference,
                 zero_advantage_rows_skippable, frozenset(c for c in PARAMETER_CAPABILITIES if issubclass(params, c)),
                 frozenset(step_columns),
             )
+            declared = self._declared.get(id)
+            self._entries[id] = entry if declared is None else _documented(entry, declared, explicit=summary)
             return fn
 
         return decorator
 
     def entry(self, id: str) -> Entry[T]:
+        """The entry of ``id`` (a declared component's module is imported first: :class:`MissingExtraError` when its
+        extra is not installed)."""
+        if id not in self._entries:
+            load_declarations()
+        if id not in self._entries and id in self._declared:
+            self._import_declared(id)
         try:
             return self._entries[id]
         except KeyError:
             raise UnknownComponentError(
-                f"unknown {self.kind} {id!r}; known: {', '.join(sorted(self._entries)) or '(none)'}"
+                f"unknown {self.kind} {id!r}; known: {', '.join(self.ids()) or '(none)'}"
             ) from None
 
     def get(self, id: str) -> T:
         return self.entry(id).fn
 
     def ids(self) -> list[str]:
-        return sorted(self._entries)
+        """Every id, the declared ones included (none is imported)."""
+        load_declarations()
+        return sorted({*self._entries, *self._declared})
 
     def __contains__(self, id: object) -> bool:
-        return id in self._entries
+        if id not in self._entries:
+            load_declarations()
+        return id in self._entries or id in self._declared
 
     def __iter__(self):
-        return iter(self._entries[k] for k in sorted(self._entries))
+        """Every entry, importing the declared ones whose extras are installed (the others are left out)."""
+        for id in self.ids():
+            try:
+                yield self.entry(id)
+            except MissingExtraError:
+                continue
 
     def validate_params(self, id: str, values: dict[str, Any]) -> BaseModel:
         """Validate ``values`` against the parameter model registered with ``id``."""
         return self.entry(id).params.model_validate(values)
+
+
+# the packages outside the core whose folders declare components, and the tuple naming their folders
+_DECLARING_PACKAGES = (("grove.hubs", "HUBS"), ("grove.wings", "WINGS"))
+_declarations_loaded = False
+
+
+def load_declarations() -> None:
+    """Load every hub adapter's and application's ``<folder>_declarations`` module, once per process: light modules
+    that declare their components (:meth:`Registry.declare`) without importing them. The registries call this
+    before they answer a question about their ids, so code that reaches a registry without going through the
+    command line or the config (``build_knowledge_base("tables")``) sees the declared components too."""
+    global _declarations_loaded
+    if _declarations_loaded:
+        return
+    _declarations_loaded = True
+    import importlib
+
+    for package, names in _DECLARING_PACKAGES:
+        folders = getattr(importlib.import_module(package), names)
+        for folder in folders:
+            importlib.import_module(f"{package}.{folder}.{folder}_declarations")
+
+
+def _documented(entry: Entry, declared: Declaration, explicit: str = "") -> Entry:
+    """``entry`` with what its declaration says where the registration said nothing (and the declaration's extra);
+    a registration's own docstring summary gives way to the declaration's."""
+    import dataclasses
+
+    return dataclasses.replace(
+        entry, paper=entry.paper or declared.paper, summary=explicit or declared.summary or entry.summary,
+        requires=entry.requires or frozenset(declared.requires), formula=entry.formula or declared.formula,
+        reference=entry.reference or declared.reference, extra=declared.extra,
+    )
+
+
+def _importable(module: str) -> bool:
+    """Whether the top-level ``module`` can be imported (found on the path; not imported here)."""
+    import importlib.util
+    import sys
+
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator")

@@ -25,7 +25,6 @@ from grove.demos.summary import DemoCounts, DemoSummary, NoDemonstrationsError
 from grove.demos.task_answers import (
     NoGoldCompletionError,
     arithmetic_completion,
-    clinical_completion,
     gold_completions,
 )
 from grove.demos.task_demos import TaskDemonstrations
@@ -47,7 +46,6 @@ __all__ = [
     "action_text",
     "arithmetic_completion",
     "checked_action",
-    "clinical_completion",
     "demonstration_row",
     "gold_completions",
     "write_demonstrations",

@@ -27,14 +27,14 @@ What the built-in oracles optimise:
   drop-off. Slippery / rainy variants: finite-horizon value iteration on gymnasium's reward over the steps left
   before truncation (for FrozenLake, the probability of reaching the goal in time; for CliffWalking and Taxi,
   the expected return). ``None`` when the goal cannot be reached with positive probability in the steps left.
-* ``sokoban`` (:mod:`grove.envs.sokoban_levels`): the first move of a shortest solution in moves (breadth-first search
+* ``sokoban`` (:mod:`grove.wings.games.sokoban_levels`): the first move of a shortest solution in moves (breadth-first search
   over player and box positions, pruning boxes on cells from which no target can be reached), cached so that
   following the oracle costs one search per episode; ``None`` when the room is unsolvable from the current
   state, when the search exceeds its node limit, or when the solution is longer than the steps left.
-* ``textworld`` (:mod:`grove.envs.text_games`): the first command of TextWorld's winning policy from the
+* ``textworld`` (:mod:`grove.wings.games.text_games`): the first command of TextWorld's winning policy from the
   current state (``EnvInfos(policy_commands=True)``, which TextWorld updates after every command, undoing
   detours); ``None`` once the game cannot be won.
-* ``kb_routing`` (:mod:`grove.envs.kb_routing`): the gold route: for the first gold hop whose answer no search
+* ``kb_routing`` (:mod:`grove.wings.kb_routing.kb_routing_environment`): the gold route: for the first gold hop whose answer no search
   has surfaced yet, ``<think>…</think><query kb="NAME">sub-question</query>`` with the hop's gold knowledge base
   and gold sub-question; when every hop is covered (or its gold search was already tried),
   ``<think>…</think><answer>GOLD</answer>`` with a gold answer, preferring one the search results showed.

@@ -1,5 +1,5 @@
-"""The base of gymnasium's toy-text worlds rendered as text (:mod:`grove.envs.frozenlake`,
-:mod:`grove.envs.cliffwalking`, :mod:`grove.envs.taxi`) for language-model agents.
+"""The base of gymnasium's toy-text worlds rendered as text (:mod:`grove.wings.games.frozenlake`,
+:mod:`grove.wings.games.cliffwalking`, :mod:`grove.wings.games.taxi`) for language-model agents.
 
 The dynamics, rewards and maps are gymnasium's (``gymnasium.envs.toy_text``; Gymnasium: "Gymnasium: A Standard
 Interface for Reinforcement Learning Environments"); the text rendering is grove's, drawn from the state (no
@@ -9,7 +9,7 @@ ANSI colours). The anchor key is gymnasium's integer state, which is the whole M
 Task ids: ``frozenlake`` and ``cliffwalking`` train on ids ``0..n-1`` and evaluate on ids from
 :data:`EVAL_TASK_OFFSET` up; with ``frozenlake`` ``maps="random"`` the id seeds the map
 (``generate_random_map(size, p, seed=task_id)``) and no held-out map is ever trained on (``held_out`` says which
-side gives way: :class:`grove.envs.frozenlake.FrozenLakeParams`). ``taxi`` ids index a fixed shuffle of its 300
+side gives way: :class:`grove.wings.games.frozenlake.FrozenLakeParams`). ``taxi`` ids index a fixed shuffle of its 300
 start states: training takes the first ids, evaluation the last ones, so no evaluation start state is ever
 trained on. ``reset(task_id, seed)`` seeds gymnasium's generator with a hash of both (it only matters for the
 slippery / rainy variants).

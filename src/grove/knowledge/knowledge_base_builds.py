@@ -3,7 +3,8 @@
 It validates the parameters with the KB's pydantic model and memoises the result per process, so an environment
 that makes many copies of itself shares one index (building the same KB with equal parameters returns the *same*
 object). Builds are cheap after the first one anyway, because every KB caches its rendered passages and index on
-disk (:mod:`grove.knowledge.knowledge_cache`). Importing this module registers the built-in KBs.
+disk (:mod:`grove.knowledge.knowledge_cache`). The built-in KBs are declared by the knowledge-base routing
+application (:mod:`grove.wings.kb_routing`) and imported when first built.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grove.knowledge import medical_kb, tables_kb, wiki_text  # noqa: F401  (registers the built-in KBs)
 from grove.knowledge.knowledge_cache import knowledge_cache_root
 from grove.knowledge.passages import KnowledgeBase
 from grove.registry import KNOWLEDGE_BASES

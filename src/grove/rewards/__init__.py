@@ -2,12 +2,8 @@
 
 from grove.rewards import (  # noqa: F401  (registers the built-in rewards)
     builtin,
-    clinical_objectives,
-    ifeval_instructions,
     llm_judge,
-    reasoning_gym_scores,
     sequence_classifier,
-    verifiers_rubrics,
 )
 from grove.rewards.extract import extract_answer
 from grove.rewards.scoring import (

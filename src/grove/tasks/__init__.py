@@ -2,11 +2,7 @@
 
 from grove.tasks import (  # noqa: F401  (register the built-in tasks)
     arithmetic,
-    clinical,
     files,
-    ifeval,
-    reasoning_gym_tasks,
-    verifiers_tasks,
 )
 from grove.tasks.task import (
     TASKS,
