@@ -2,7 +2,8 @@
 
 Every row comes from what the code registers: the id, ``summary``, ``formula``, ``paper`` and
 ``reference`` of the registry entry, and a config snippet built from the parameter model's defaults
-(presets: :data:`grove.config.presets.PRESETS`). The tables sit between marker lines
+(presets: :data:`grove.config.presets.PRESETS`; the components outside the core with the extra each needs, from their
+declarations). The tables sit between marker lines
 ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``; everything outside them is written
 by hand. ``tests/test_docs.py`` fails when a table differs from what this script generates, so the
 docs cannot drift from the code.
@@ -80,6 +81,18 @@ def component_table(registry: Registry, snippet: Callable[[Entry], str]) -> str:
     return "\n".join(rows)
 
 
+def extras_table() -> str:
+    """The tasks, rewards, environments and knowledge bases, each with the extra it needs (core: none)."""
+    from grove.cli.components_command import component_rows
+
+    rows = ["| kind | id | install | what it is |", "|---|---|---|---|"]
+    for kind, id, extra, summary, _ in component_rows(["task", "reward function", "environment", "knowledge base"],
+                                                          builtin_only=True):
+        install = "core" if extra == "core" else f"`pip install 'grove[{extra}]'`"
+        rows.append(f"| {kind} | `{id}` | {install} | {_cell(summary)} |")
+    return "\n".join(rows)
+
+
 def preset_table() -> str:
     rows = ["| preset | paper | what it sets | config |", "|---|---|---|---|"]
     for name, preset in PRESETS.items():
@@ -100,6 +113,7 @@ TABLES: dict[str, Callable[[], str]] = {
     ),
     "KL estimators": lambda: component_table(KL_ESTIMATORS, lambda e: f"kl: {{estimator: {e.id}, coef: 0.01}}"),
     "presets": preset_table,
+    "components by extra": extras_table,
 }
 
 

@@ -105,3 +105,13 @@ def test_the_core_trains_on_arithmetic_own_data_and_an_own_environment_without_a
         run = _core_only(args, tmp_path)
         assert run.returncode == 0, (name, run.stderr[-3000:])
         assert '"loss"' in (out / "metrics.jsonl").read_text(), name
+
+
+def test_every_component_is_listed_with_its_extra_in_a_core_only_install(tmp_path) -> None:
+    run = _core_only(["config", "components", "--kind", "environment", "--kind", "task"], tmp_path)
+    assert run.returncode == 0, run.stderr
+    lines = {line.split("│")[2].strip(): line for line in run.stdout.splitlines() if line.count("│") >= 5}
+    assert {"frozenlake", "kb_routing", "textarena", "clinical_hpo", "arithmetic", "jsonl"} <= set(lines), lines
+    cells = lambda id: [c.strip() for c in lines[id].split("│")[1:-1]]  # noqa: E731
+    assert cells("frozenlake")[2:4] == ["games", "no"] and cells("clinical_hpo")[2:4] == ["clinical", "no"]
+    assert cells("arithmetic")[2:4] == ["core", "yes"] and cells("sokoban")[2:4] == ["games", "yes"]

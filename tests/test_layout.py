@@ -54,8 +54,9 @@ ALLOWED = {
     "api": {"atomic_files", "config", "evaluation", "experience", "infra", "models", "python_objects", "resolve",
             "rollout_engines", "training"},
     "cli": {
-        "api", "command_failures", "config", "demos", "distributed", "evaluation", "experience", "infra",
-        "models", "resolve", "rollout", "rollout_engines", "tasks", "training", "view",
+        "api", "builtin_components", "command_failures", "config", "demos", "distributed", "evaluation",
+        "experience", "infra", "models", "registry", "resolve", "rollout", "rollout_engines", "tasks", "training",
+        "view",
     },
     # hub adapters and applications: one folder each, importing the core only (never another folder outside it)
     "hubs": {"atomic_files", "config", "envs", "python_objects", "registry", "rewards", "tasks", "user_code"},

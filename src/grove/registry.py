@@ -312,6 +312,11 @@ def load_declarations() -> None:
             importlib.import_module(f"{package}.{folder}.{folder}_declarations")
 
 
+def extra_installed(declared: Declaration) -> bool:
+    """Whether every module ``declared``'s extra installs can be imported here (nothing is imported)."""
+    return all(_importable(name) for name in declared.needs)
+
+
 def _documented(entry: Entry, declared: Declaration, explicit: str = "") -> Entry:
     """``entry`` with what its declaration says where the registration said nothing (and the declaration's extra);
     a registration's own docstring summary gives way to the declaration's."""

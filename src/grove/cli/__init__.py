@@ -1,4 +1,4 @@
-"""The ``grove`` command line: train, sft, rm, demos, eval, config show, plot, view, export.
+"""The ``grove`` command line: train, sft, rm, demos, eval, config show, config components, plot, view, export.
 
 Each command's body lives in a module of its own here (``grove view``'s in :mod:`grove.view.view_command`); this
 module builds the app from them.
@@ -11,6 +11,7 @@ import sys
 
 import typer
 
+from grove.cli.components_command import components
 from grove.cli.config_show import config_show
 from grove.cli.eval_command import eval_
 from grove.cli.run_files_commands import demos, export, plot
@@ -28,6 +29,7 @@ app.command()(rm)
 app.command()(demos)
 app.command("eval")(eval_)
 config_app.command("show")(config_show)
+config_app.command("components")(components)
 app.command()(plot)
 app.command("view")(view_run)
 app.command()(export)
