@@ -437,3 +437,13 @@ def test_update_mfu_benchmark_counts_the_model_flops_of_a_tiny_update(tmp_path, 
     layer = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64
     assert result["body_params"] == 2 * layer + 64
     assert result["model_tflops_per_s"] > 0 and 0 < result["mfu_vs_matmul"]
+
+
+def test_core_footprint_benchmark_times_the_start_up_of_this_tree(monkeypatch, capsys) -> None:
+    """benchmarks/core_footprint.py --startup: each start-up command timed in a process of its own, tabulated."""
+    monkeypatch.setattr(sys, "argv", ["core_footprint.py", "--startup", "--repeats", "1", "--no-run"])
+    runpy.run_path(str(BENCHMARKS / "core_footprint.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert {"import grove", "fill the registries", "grove --help", "grove config show"} <= set(rows), out
+    assert all(float(rows[name].split("|")[2]) > 0 for name in ("import grove", "grove config show"))

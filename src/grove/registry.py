@@ -15,6 +15,8 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from grove.optional_packages import importable
+
 T = TypeVar("T", bound=Callable[..., Any])
 
 
@@ -183,7 +185,7 @@ class Registry(Generic[T]):
         import importlib
 
         declared = self._declared[id]
-        absent = next((name for name in declared.needs if not _importable(name)), None)
+        absent = next((name for name in declared.needs if not importable(name)), None)
         if absent is not None:
             raise self._missing_extra(id, absent)
         try:
@@ -314,7 +316,7 @@ def load_declarations() -> None:
 
 def extra_installed(declared: Declaration) -> bool:
     """Whether every module ``declared``'s extra installs can be imported here (nothing is imported)."""
-    return all(_importable(name) for name in declared.needs)
+    return all(importable(name) for name in declared.needs)
 
 
 def _documented(entry: Entry, declared: Declaration, explicit: str = "") -> Entry:
@@ -327,19 +329,6 @@ def _documented(entry: Entry, declared: Declaration, explicit: str = "") -> Entr
         requires=entry.requires or frozenset(declared.requires), formula=entry.formula or declared.formula,
         reference=entry.reference or declared.reference, extra=declared.extra,
     )
-
-
-def _importable(module: str) -> bool:
-    """Whether the top-level ``module`` can be imported (found on the path; not imported here)."""
-    import importlib.util
-    import sys
-
-    if module in sys.modules:
-        return sys.modules[module] is not None
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator")

@@ -11,6 +11,9 @@ no trainer edit.
   (:mod:`grove.rollout.static_engine`), for the Llama-family decoders :mod:`grove.rollout.decoder_spec` lists;
 * ``auto`` (the default): ``static_cache`` on CUDA where it runs the model, else ``transformers`` (on CUDA with a
   one-line warning saying why).
+
+Each engine's module (and transformers' generation code with it) is imported when a run builds the engine, so
+filling the registries for ``grove config show`` imports none of it.
 """
 
 from __future__ import annotations
@@ -26,8 +29,6 @@ from grove.config.sections import RolloutConfig
 from grove.registry import ROLLOUT_ENGINES
 from grove.rollout.decoder_spec import DecoderSpec, UnsupportedDecoder
 from grove.rollout.engine import RolloutEngine
-from grove.rollout.hf_engine import TransformersEngine
-from grove.rollout.static_engine import StaticCacheEngine
 
 __all__ = ["build_rollout_engine", "engine_choice", "static_cache_engine", "transformers_engine"]
 
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 )
 def transformers_engine(model: nn.Module, tokenizer: Any, rollout: RolloutConfig) -> RolloutEngine:
     """:class:`grove.rollout.hf_engine.TransformersEngine` with the config's prefix reuse and exact top logits."""
+    from grove.rollout.hf_engine import TransformersEngine
+
     return TransformersEngine(
         model, tokenizer, reuse_prefixes=rollout.prefix_reuse, exact_top_logits=rollout.exact_top_logits
     )
@@ -53,6 +56,8 @@ def transformers_engine(model: nn.Module, tokenizer: Any, rollout: RolloutConfig
 def static_cache_engine(model: nn.Module, tokenizer: Any, rollout: RolloutConfig) -> RolloutEngine:
     """:class:`grove.rollout.static_engine.StaticCacheEngine` over its own copy of ``model``'s weights, in bfloat16
     when ``rollout.bf16_weights`` is true (else the model's dtype)."""
+    from grove.rollout.static_engine import StaticCacheEngine
+
     try:
         return StaticCacheEngine(
             model, tokenizer, reuse_prefixes=rollout.prefix_reuse, exact_top_logits=rollout.exact_top_logits,

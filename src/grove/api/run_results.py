@@ -106,10 +106,12 @@ class Run:
         return trained_model_dir(self.run_dir)
 
     def plot(self) -> list[Path]:
-        """Write the run's plots (``plots/*.png``: rewards, loss, accuracy, objectives) and return their paths."""
-        from grove.infra.plotting import plot_run
+        """Write the run's plots (``plots/*.png``: rewards, loss, accuracy, objectives) and return their paths;
+        :class:`~grove.optional_packages.OptionalPackageMissing` (a ``ValueError``) without matplotlib
+        (``pip install 'grove[plots]'``)."""
+        from grove.infra.run_plots import draw_plots
 
-        return plot_run(self.run_dir)
+        return draw_plots(self.run_dir) or []
 
     def __repr__(self) -> str:
         after = self.summary.get("after") or {}

@@ -55,6 +55,13 @@ def _check_arguments(kind: Any, resume: Any, plots: Any) -> None:
             f"plots: expected True, False or None (as the config's logging.plots says), got {type(plots).__name__} "
             f"{plots!r}"
         )
+    if plots is True:
+        from grove.optional_packages import MATPLOTLIB, OptionalPackageMissing, require
+
+        try:
+            require(MATPLOTLIB, "plots=True")
+        except OptionalPackageMissing as exc:
+            raise ConfigError(f"{exc}; or pass plots=None to draw them where it is installed") from None
 
 
 #: the section ``kind`` trains from, by kind: an example and the page describing it
@@ -162,7 +169,8 @@ def train(
         kind: ``"train"`` (reinforcement learning, ``grove train``), ``"sft"`` (supervised fine-tuning on the
             config's ``sft`` section, ``grove sft``) or ``"rm"`` (a reward model from the config's ``rm`` section,
             ``grove rm``).
-        plots: draw ``plots/*.png`` at the end; ``None``: as the config's ``logging.plots`` says (true unless set).
+        plots: draw ``plots/*.png`` at the end (``True`` needs matplotlib: ``grove[plots]``); ``None``: as the
+            config's ``logging.plots`` says (unset: where matplotlib is installed).
 
     Returns:
         The run (its ``summary``, ``metrics``, ``evaluations``, ``samples()``, ``model_dir``); ``run.stopped_by``
@@ -200,11 +208,11 @@ def train(
                     _resume_command(kind, run_dir, importable))
         return Run(run_dir, summary.stopped_by)
     run = Run(run_dir)
-    if cfg.logging.plots if plots is None else plots:
-        from grove.infra.write_failures import RunWriteError
+    from grove.infra.run_plots import draw_plots
+    from grove.infra.write_failures import RunWriteError
 
-        try:
-            run.plot()
-        except RunWriteError as exc:  # every step ran and is saved: the run is finished, without its pictures
-            log.warning("warning: %s", exc)
+    try:
+        draw_plots(run_dir, cfg.logging.plots if plots is None else plots)
+    except RunWriteError as exc:  # every step ran and is saved: the run is finished, without its pictures
+        log.warning("warning: %s", exc)
     return run

@@ -64,13 +64,15 @@ def demos(
 
 
 def plot(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
-    """Write PNG curves (reward, accuracy, KL, entropy, length, clip fraction, grad norm) to RUN_DIR/plots."""
-    from grove.infra.plotting import plot_run
+    """Write PNG curves (reward, accuracy, KL, entropy, length, clip fraction, grad norm) to RUN_DIR/plots (needs
+    matplotlib: pip install 'grove[plots]')."""
+    from grove.infra.run_plots import draw_plots
     from grove.infra.write_failures import RunWriteError
+    from grove.optional_packages import OptionalPackageMissing
 
     try:
-        paths = plot_run(run_dir)
-    except (FileNotFoundError, RunWriteError) as exc:
+        paths = draw_plots(run_dir) or []
+    except (FileNotFoundError, RunWriteError, OptionalPackageMissing) as exc:
         fail(str(exc))
     for p in paths:
         console.print(str(p))

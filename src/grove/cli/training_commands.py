@@ -128,10 +128,10 @@ def _run_training(command: str, config: Path, set_: list[str] | None, resume: Pa
             err.print(f"{summary.stopped_by} received: {where}:\n  {resume_command}", markup=False, highlight=False)
         raise typer.Exit(128 + signal.Signals[summary.stopped_by].value)
     if world.is_main:
-        from grove.infra.plotting import plot_run
+        from grove.infra.run_plots import draw_plots
 
-        try:  # None: not drawn (logging.plots: false)
-            plots: list[Path] | None = plot_run(summary.run_dir) if cfg.logging.plots else None
+        try:  # None: not drawn (logging.plots: false, or unset without matplotlib)
+            plots: list[Path] | None = draw_plots(summary.run_dir, cfg.logging.plots)
         except RunWriteError as exc:  # every step ran and is saved: the run is finished, without its pictures
             err.print(f"[yellow]warning:[/yellow] {escape(str(exc))}", highlight=False)
             plots = []
@@ -175,7 +175,9 @@ def _print_summary(run_dir: Path, plots: list[Path] | None) -> None:
     elif data.get("model"):
         console.print(f"model: {data['model']}  (start RL from it with --set model.init_from={run_dir})")
     if plots is None:
-        console.print(f"run directory: {run_dir}  (plots: grove plot {run_dir})")
+        from grove.infra.run_plots import how_to_see_plots
+
+        console.print(f"run directory: {run_dir}  (plots: {how_to_see_plots(run_dir)})", markup=False)
         return
     shown = ", ".join(str(p) for p in plots) or "none written"
     console.print(f"run directory: {run_dir}  (plots: {shown})")

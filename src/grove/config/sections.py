@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from grove.config.components import ComponentSpec
 from grove.config.lora_section import LoraSettings
 from grove.core.keep_ratio_schedules import KeepRatioSchedule
+from grove.optional_packages import MATPLOTLIB, TENSORBOARD, importable, missing_message
 
 
 class Section(BaseModel):
@@ -376,7 +377,12 @@ class TokenDetailsConfig(Section):
 
 
 class LoggingConfig(Section):
-    tensorboard: bool = Field(True, description="Write TensorBoard event files to RUN_DIR/tensorboard.")
+    tensorboard: bool | None = Field(
+        None,
+        description="Write TensorBoard event files to RUN_DIR/tensorboard. Unset: where the tensorboard package is "
+        "installed (pip install 'grove[tensorboard]'); true: required (the config check stops when it is missing); "
+        "false: never.",
+    )
     samples_per_step: int = Field(4, ge=0, description="Completions written to samples.jsonl per step.")
     progress: bool = Field(True, description="Show the rich progress bar.")
     heartbeat_seconds: float = Field(
@@ -386,13 +392,26 @@ class LoggingConfig(Section):
         "environment evaluation of many episodes), print what the run is doing and how far it is, to a terminal or a "
         "log file alike. 0: off.",
     )
-    plots: bool = Field(
-        True,
+    plots: bool | None = Field(
+        None,
         description="Draw RUN_DIR/plots/*.png (training curves, held-out accuracy, one panel per objective) when "
-        "grove train, sft or rm finishes; false leaves them to grove plot RUN_DIR or grove view (sweeps of many "
-        "runs, where nobody looks at each run's figures).",
+        "grove train, sft or rm finishes. Unset: where matplotlib is installed (pip install 'grove[plots]'); true: "
+        "required (the config check stops when it is missing); false leaves them to grove plot RUN_DIR or grove "
+        "view (sweeps of many runs, where nobody looks at each run's figures).",
     )
     token_details: TokenDetailsConfig = Field(
         default_factory=TokenDetailsConfig,
         description="Per-token details of training samples in RUN_DIR/token_details.jsonl ({every, max_samples}).",
     )
+
+    @field_validator("tensorboard", "plots")
+    @classmethod
+    def _package_installed_when_required(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        """``true`` asks for a package the core goes without: stop here when it is not installed."""
+        package = TENSORBOARD if info.field_name == "tensorboard" else MATPLOTLIB
+        if value is True and not importable(package.module):
+            raise ValueError(
+                f"{missing_message(package, 'true')}; or leave logging.{info.field_name} unset to write them only "
+                "where it is installed"
+            )
+        return value

@@ -23,6 +23,7 @@ from typing import Any
 from grove.atomic_files import write_text_atomic
 from grove.infra import fault_points
 from grove.infra.write_failures import reporting_write_failures
+from grove.optional_packages import TENSORBOARD, wanted
 
 log = logging.getLogger("grove.infra")
 
@@ -120,7 +121,9 @@ def _report_tensorboard_write_errors_in_the_main_thread() -> None:
 class RunLogger:
     """Writes the per-step metrics, evaluation results and sample completions of one run."""
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: Path, *, tensorboard: bool | None, resume_step: int | None = None) -> None:
+        """``tensorboard``: also write TensorBoard event files (``None``: where the tensorboard package is
+        installed)."""
         self.run_dir = run_dir
         self.hint = resume_hint(run_dir)
         self.metrics = JsonlLog(run_dir / "metrics.jsonl", self.hint)
@@ -132,7 +135,7 @@ class RunLogger:
                 jsonl.truncate_after(resume_step)
             self.evals.truncate_after(resume_step, drop_final_at_step=True)
         self._tb = None
-        if tensorboard:
+        if wanted(tensorboard, TENSORBOARD):
             from torch.utils.tensorboard import SummaryWriter
 
             purge = None if resume_step is None else max(resume_step + 1, 0)

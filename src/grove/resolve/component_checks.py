@@ -26,6 +26,7 @@ from grove.registry import (
     ROLLOUT_ENGINES,
     STEP_ANNOTATORS,
     MayProduceAdvantages,
+    MissingExtraError,
     NamesObjectives,
     NeedsLargerGroups,
 )
@@ -195,6 +196,8 @@ def _check_experience_source(cfg: GroveConfig) -> None:
             check_component(ComponentSpec(id=e.id, **e.params), ENVIRONMENTS, "env.params")
         except ComponentParamsError:
             raise
+        except MissingExtraError as exc:
+            raise ValueError(f"env.id: {exc}") from None
         except ValueError as exc:
             if e.id in ENVIRONMENTS:
                 raise ValueError(f"env.params: {exc}") from None

@@ -1,0 +1,27 @@
+"""Multi-objective reward aggregation (``REWARD_AGGREGATORS``): the reward matrix ``[N, K]`` → one score ``[N]``.
+
+The stage runs between the reward functions and the advantage estimator (``algorithm.reward_aggregation``):
+
+* :mod:`~grove.core.objectives.pointwise`: each sample's score from its own objectives —
+  ``sum_then_normalize`` (the weighted sum; the default, what every GRPO trainer does), ``gated``
+  (behaviour objectives count only when the bottom-line constraints pass), ``ensemble_min`` (worst case)
+  and ``mean_minus_std`` (uncertainty-weighted);
+* :mod:`~grove.core.objectives.decoupled`: objectives normalised within their group before they are
+  combined — ``normalize_then_sum`` (GDPO; TRL's and verl's batch renormalisations as options) and
+  ``variance_weighted`` (MO-GRPO).
+
+Shared pieces (the aggregator signature and output, the component-aware signal test, per-objective
+statistics) are in :mod:`~grove.core.objectives.aggregate`. ``docs/multi-objective.md`` documents every
+convention.
+"""
+
+from grove.core.objectives import decoupled, pointwise  # noqa: F401  (register the aggregators)
+from grove.core.objectives.aggregate import (
+    AggregateFn,
+    AggregateOutput,
+    informative_from_signal,
+    objective_statistics,
+    run_aggregator,
+)
+
+__all__ = ["AggregateFn", "AggregateOutput", "informative_from_signal", "objective_statistics", "run_aggregator"]

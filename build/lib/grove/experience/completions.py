@@ -1,0 +1,142 @@
+"""Single-turn experience: ``prompts_per_step`` prompts of the task, G completions each, scored by the rewards.
+
+The pipeline is :func:`grove.pipeline.collect.collect_scored` (scoring, dynamic sampling, overlong shaping; the
+trainer's :mod:`grove.pipeline.credit` does the rest); this source owns the prompt order (an epoch-based
+:class:`grove.training.prompt_sampler.PromptSampler`, checkpointed) and the held-out evaluation.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from grove.evaluation.evaluate import EvalResult, evaluate_config
+from grove.experience.source import ScoredExperience, SourceContext
+from grove.experience.task_sampler import TaskSampler
+from grove.pipeline.collect import ExperienceSettings, collect_scored
+from grove.registry import EXPERIENCE_SOURCES
+from grove.rewards.scoring import resolve_rewards
+from grove.rollout.engine import (
+    SamplingParams,
+    check_prompts_fit,
+    context_length,
+    encode_prompts,
+    fit_prompts,
+    prompt_preview,
+)
+from grove.tasks.task import build_task, require_examples
+
+__all__ = ["CompletionSource", "rollout_sampling"]
+
+log = logging.getLogger("grove.experience")
+
+
+def rollout_sampling(cfg) -> SamplingParams:
+    r = cfg.rollout
+    return SamplingParams(
+        temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, stop=tuple(r.stop)
+    )
+
+
+class CompletionSource:
+    """Prompts of ``cfg.task`` → G completions each → ``cfg.rewards`` → advantages."""
+
+    def __init__(self, ctx: SourceContext) -> None:
+        cfg = ctx.cfg
+        self.ctx = ctx
+        self.task = build_task(cfg.task)
+        self.rewards = resolve_rewards(cfg.rewards)
+        a = cfg.algorithm
+        overlong = a.overlong
+        self.settings = ExperienceSettings(
+            groups=cfg.train.prompts_per_step,
+            completions_per_group=cfg.train.completions_per_prompt,
+            sampling=rollout_sampling(cfg),
+            rewards=self.rewards,
+            max_rounds=a.dynamic_sampling.max_rounds if a.dynamic_sampling.enabled else 1,
+            overlong_filter=overlong.filter,
+            overlong_cache_tokens=(
+                (overlong.cache_tokens or max(1, cfg.rollout.max_new_tokens // 5)) if overlong.soft_penalty else None
+            ),
+            overlong_max_penalty=overlong.max_penalty,
+            greedy_baseline=ctx.scoring.greedy_baseline,
+            pad_token_id=ctx.engine.pad_token_id,
+            aggregator=ctx.scoring.aggregator,
+            aggregator_params=ctx.scoring.aggregator_params,
+            world=ctx.world,
+        )
+        require_examples(self.task, cfg.task.id)  # an empty split: an error naming the task and split
+        self.sampler = TaskSampler(len(self.task.train), cfg.seed)
+        self._check_prompt_lengths()
+
+    def _check_prompt_lengths(self) -> None:
+        """With ``rollout.prompt_overflow: error``, a prompt too long for the model's context is reported when the
+        task loads (naming the example), not at the step that draws it."""
+        cfg = self.ctx.cfg
+        if cfg.rollout.prompt_overflow != "error":
+            return
+        limit = context_length(getattr(self.ctx.engine, "model", None), self.ctx.tokenizer)
+        eval_examples = list(self.task.eval)[: cfg.eval.max_examples]
+        eval_tokens = cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens
+        splits = [("eval", eval_examples, eval_tokens, "eval.max_new_tokens" if cfg.eval.max_new_tokens else
+                   "rollout.max_new_tokens")]
+        if self.ctx.training:
+            splits.insert(0, ("train", self.task.train, cfg.rollout.max_new_tokens, "rollout.max_new_tokens"))
+        for split, examples, new_tokens, key in splits:
+            check_prompts_fit(
+                self.ctx.tokenizer, [e.prompt for e in examples], context_length=limit, max_new_tokens=new_tokens,
+                system_prompt=cfg.rollout.system_prompt, use_chat_template=cfg.rollout.use_chat_template,
+                describe=lambda i, split=split, examples=examples: f"{split} example {i} of task {cfg.task.id!r} "
+                f"({prompt_preview(examples[i].prompt)})",
+                max_new_tokens_key=key,
+            )
+
+    def draw_prompts(self, count: int):
+        """The next ``count`` training examples and their prompt token ids, fitted to the model's context
+        (``rollout.prompt_overflow``)."""
+        cfg = self.ctx.cfg
+        indices = self.sampler.next(count)
+        examples = [self.task.train[i] for i in indices]
+        prompt_ids = encode_prompts(
+            self.ctx.tokenizer,
+            [e.prompt for e in examples],
+            system_prompt=cfg.rollout.system_prompt,
+            use_chat_template=cfg.rollout.use_chat_template,
+        )
+        prompt_ids, truncated = fit_prompts(
+            prompt_ids,
+            context_length=context_length(getattr(self.ctx.engine, "model", None), self.ctx.tokenizer),
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            overflow=cfg.rollout.prompt_overflow,
+            describe=lambda k: f"train example {indices[k]} of task {cfg.task.id!r} "
+            f"({prompt_preview(examples[k].prompt)})",
+        )
+        if truncated:
+            if not getattr(self, "truncated_prompts", 0):
+                log.warning(
+                    "rollout.prompt_overflow: truncate_left: %d of %d training prompts of this step were too long "
+                    "for the model's context and lost their first tokens (later ones are counted in the source's "
+                    "truncated_prompts, not logged)", truncated, len(prompt_ids),
+                )
+            self.truncated_prompts = getattr(self, "truncated_prompts", 0) + truncated
+        return examples, prompt_ids
+
+    def collect(self, step: int) -> ScoredExperience:
+        """This rank's scored completions (the logged samples are read from the step's batch after credit)."""
+        return collect_scored(self.ctx.engine, self.draw_prompts, self.settings, self.ctx.generator, step=step)
+
+    def evaluate(self, step: int | None = None) -> EvalResult:
+        cfg = self.ctx.cfg
+        examples = list(self.task.eval)[: cfg.eval.max_examples]
+        return evaluate_config(self.ctx.engine, self.ctx.tokenizer, cfg, self.rewards, examples, training_step=step)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state)
+
+
+EXPERIENCE_SOURCES.register(
+    "completions", summary="Single-turn: prompts of `task`, G completions each, scored by `rewards`."
+)(CompletionSource)

@@ -1,0 +1,1 @@
+"""The gymnasium environments as text hub adapter (``grove[gymnasium]``)."""

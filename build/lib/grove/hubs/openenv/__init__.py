@@ -1,0 +1,1 @@
+"""The OpenEnv environment servers hub adapter (``grove[openenv]``)."""

@@ -1,0 +1,1 @@
+"""The reasoning-gym's generators and scorers hub adapter (``grove[reasoning-gym]``)."""

@@ -1,0 +1,1 @@
+"""The TextArena games hub adapter (``grove[textarena]``)."""

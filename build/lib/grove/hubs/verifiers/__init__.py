@@ -1,0 +1,1 @@
+"""The Prime Intellect verifiers environments, tasksets and rubrics hub adapter (``grove[verifiers]``)."""
