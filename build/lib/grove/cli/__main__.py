@@ -1,5 +1,0 @@
-"""``python -m grove.cli``: the ``grove`` command line."""
-
-from grove.cli import main
-
-main()

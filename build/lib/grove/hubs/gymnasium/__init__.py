@@ -1,1 +1,0 @@
-"""The gymnasium environments as text hub adapter (``grove[gymnasium]``)."""

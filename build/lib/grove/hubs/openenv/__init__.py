@@ -1,1 +1,0 @@
-"""The OpenEnv environment servers hub adapter (``grove[openenv]``)."""

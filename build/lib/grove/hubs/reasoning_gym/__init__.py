@@ -1,1 +1,0 @@
-"""The reasoning-gym's generators and scorers hub adapter (``grove[reasoning-gym]``)."""

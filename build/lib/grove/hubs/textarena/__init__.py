@@ -1,1 +1,0 @@
-"""The TextArena games hub adapter (``grove[textarena]``)."""

@@ -1,1 +1,0 @@
-"""The Prime Intellect verifiers environments, tasksets and rubrics hub adapter (``grove[verifiers]``)."""

@@ -1,1 +1,0 @@
-"""IFEval: verifiable instructions as a task and a multi-objective reward (``grove[ifeval]``; docs/ifeval-task.md)."""
