@@ -54,20 +54,20 @@ from seeded_runs import (
 
 
 def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float]:
-    import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
+    import grove.resolve  # noqa: F401  (registers every built-in component)
     from grove.experience import SourceContext, build_experience_source
     from grove.experience.episode_metrics import anchor_metrics, episode_metrics
     from grove.experience.trajectory_batch import trajectories_to_batch
     from grove.infra.runtime import configure_runtime
     from grove.models.pretrained import load_policy
-    from grove.resolve import load_config
+    from grove.resolve import load_config, resolve
     from grove.rollout.hf_engine import TransformersEngine
 
     cfg = load_config(config, overrides)
     configure_runtime(**cfg.runtime_settings())
     model, tokenizer = load_policy(cfg.model.name)
     engine = TransformersEngine(model, tokenizer)
-    source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
+    source = build_experience_source(SourceContext.for_evaluation(resolve(cfg, "eval"), engine, tokenizer))
     start = time.perf_counter()
     tasks = list(source.suite.train_tasks)[:groups]
     run = source.play([(t, t) for t in tasks], cfg.train.completions_per_prompt, source.sampling)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from step_memory import WORK
 
+from grove.pipeline.update import PolicyUpdate
 from grove.resolve import load_config
-from grove.training import trainer as trainer_module
 from grove.training.policy_models import set_activation_checkpointing
 from grove.training.trainer import Trainer
 
@@ -42,19 +42,24 @@ def main() -> None:
     variants = [(v, int(v.split("+")[0]), v.endswith("+ckpt")) for v in args.variants]
     out = Path(tempfile.mkdtemp(prefix="micro_batch_size_"))
     trainer = Trainer(load_config("examples/arithmetic.yaml", [f"output_dir={out}", *WORK, *args.overrides]), out)
-    update, captured = trainer_module.policy_update, {}
+    step, captured = PolicyUpdate.step, {}
 
-    def keep_arguments(*a, **kw):
-        captured.update(args=a, kwargs=kw, weights={k: v.clone() for k, v in a[0].state_dict().items()},
-                        optimizer=copy.deepcopy(a[1].state_dict()), scheduler=copy.deepcopy(a[2].state_dict()))
-        return update(*a, **kw)
+    def keep_arguments(self, batch, coefficients, tokens):
+        context = self.context
+        captured.update(update=self, batch=batch, coefficients=coefficients, tokens=tokens,
+                        weights={k: v.clone() for k, v in context.model.state_dict().items()},
+                        optimizer=copy.deepcopy(context.optimizer.state_dict()),
+                        scheduler=copy.deepcopy(context.scheduler.state_dict()))
+        return step(self, batch, coefficients, tokens)
 
-    trainer_module.policy_update = keep_arguments
+    PolicyUpdate.step = keep_arguments
     for _ in range(2):  # the second step's update: AdamW's state exists, as in a run's steady state
         trainer.step += 1
         trainer.train_step()
-    trainer_module.policy_update = update
-    model, optimizer, scheduler, batch, parts, schedule, *rest = captured["args"]
+    PolicyUpdate.step = step
+    captured_update, batch = captured["update"], captured["batch"]
+    context = captured_update.context
+    model, optimizer, scheduler = context.model, context.optimizer, context.scheduler
     print(f"batch: {batch.num_samples} completions, {int(batch.response_mask.sum())} response tokens")
     times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     for _ in range(args.repeats):
@@ -64,8 +69,9 @@ def main() -> None:
             optimizer.load_state_dict(captured["optimizer"])
             scheduler.load_state_dict(captured["scheduler"])
             start = time.perf_counter()
-            metrics = update(model, optimizer, scheduler, batch, parts,
-                             dataclasses.replace(schedule, micro_batch_size=size), *rest, **captured["kwargs"])
+            schedule = dataclasses.replace(captured_update.schedule, micro_batch_size=size)
+            update = PolicyUpdate(context, captured_update.loss, schedule)
+            metrics = update.step(batch, captured["coefficients"], captured["tokens"]).metrics
             times[name].append(time.perf_counter() - start)
             print(f"  {name:10s} {times[name][-1]:6.2f} s  loss {metrics['loss']:+.6f}  grad norm "
                   f"{metrics['grad_norm']:.6f}", flush=True)

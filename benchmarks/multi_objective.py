@@ -1,18 +1,18 @@
-"""Reward aggregators compared on a multi-objective task: every objective's held-out score over training.
+"""Reward combiners compared on a multi-objective task: every objective's held-out score over training.
 
 Two sub-commands:
 
-    # for each seed, each aggregator (alternated), one `grove train` run in its own process
+    # for each seed, each combiner (alternated), one `grove train` run in its own process
     python benchmarks/multi_objective.py run examples/clinical_crpo.yaml --out runs/bench-mo-clinical \\
-        --seeds 0 1 2 --aggregators sum_then_normalize normalize_then_sum variance_weighted --set train.steps=8
+        --seeds 0 1 2 --combiners sum_then_normalize normalize_then_sum variance_weighted --set train.steps=8
 
-    # a PNG (held-out mean of each objective vs step, mean and range over seeds, one line per aggregator)
+    # a PNG (held-out mean of each objective vs step, mean and range over seeds, one line per combiner)
     # and Markdown tables (start → end per objective, mean ± std over seeds; each objective after training pooled
-    # over seeds with its 95 % interval over held-out prompts, and each aggregator minus sum_then_normalize
-    # paired by prompt: the objective an aggregator sacrifices is the one whose difference lies below zero)
+    # over seeds with its 95 % interval over held-out prompts, and each combiner minus sum_then_normalize
+    # paired by prompt: the objective a combiner sacrifices is the one whose difference lies below zero)
     python benchmarks/multi_objective.py report runs/bench-mo-clinical --png docs/img/multi_objective_clinical.png
 
-An aggregator runs with the estimator it is designed for: ``sum_then_normalize`` and ``variance_weighted`` with
+A combiner runs with the estimator it is designed for: ``sum_then_normalize`` and ``variance_weighted`` with
 ``grpo``; ``normalize_then_sum`` (GDPO, TRL's batch renormalisation) with ``score_as_advantage``. Everything else
 (model, task, rewards and their weights, sampling, budget) comes from the config and ``--set``, the same for all.
 Every run is a normal run directory (metrics.jsonl with per-objective statistics, eval.jsonl with per-objective
@@ -40,27 +40,27 @@ from seeded_runs import (
 ESTIMATOR = {"sum_then_normalize": "grpo", "normalize_then_sum": "score_as_advantage", "variance_weighted": "grpo"}
 
 
-def run(config: str, out: Path, seeds: list[int], aggregators: list[str], overrides: list[str], parallel: int = 1) -> None:
+def run(config: str, out: Path, seeds: list[int], combiners: list[str], overrides: list[str], parallel: int = 1) -> None:
     variants = {
-        aggregator: [f"algorithm.reward_aggregation={{id: {aggregator}}}",
-                     f"algorithm.advantage={{id: {ESTIMATOR.get(aggregator, 'grpo')}}}"]
-        for aggregator in aggregators
+        combiner: [f"algorithm.reward_combination={{id: {combiner}}}",
+                   f"algorithm.advantage={{id: {ESTIMATOR.get(combiner, 'grpo')}}}"]
+        for combiner in combiners
     }
     train_alternated(config, out, seeds, variants, overrides, parallel)
 
 
 def collect(out: Path, log: str = "eval.jsonl") -> dict[str, dict[int, list[dict]]]:
-    """``{aggregator: {seed: records of log}}`` of the finished runs under ``out``."""
+    """``{combiner: {seed: records of log}}`` of the finished runs under ``out``."""
     return {a: {seed_of(r): read_jsonl(r / log) for r in rs} for a, rs in runs_by_variant(out).items()}
 
 
 def share_table(metrics: dict[str, dict[int, list[dict]]], objectives: list[str]) -> str:
-    """Per aggregator: each objective's share of the advantage (median over steps and seeds: the share is a ratio
+    """Per combiner: each objective's share of the advantage (median over steps and seeds: the share is a ratio
     whose denominator nears zero in a step where objectives cancel, so its mean is ruled by one step) and the
     fraction of groups with signal (mean over steps and seeds) — which objective drives the update."""
     header = " | ".join(objectives)
-    lines = [f"| aggregator | statistic | {header} |", "|---|---|" + "---|" * len(objectives)]
-    for aggregator, per_seed in metrics.items():
+    lines = [f"| combiner | statistic | {header} |", "|---|---|" + "---|" * len(objectives)]
+    for combiner, per_seed in metrics.items():
         for stat, label, centre in (("advantage_share", "advantage share (median)", statistics.median),
                                     ("signal_group_fraction", "groups with signal", statistics.mean)):
             cells = []
@@ -68,13 +68,13 @@ def share_table(metrics: dict[str, dict[int, list[dict]]], objectives: list[str]
                 vals = [r[f"objective/{name}/{stat}"] for recs in per_seed.values() for r in recs
                         if f"objective/{name}/{stat}" in r]
                 cells.append(f"{centre(vals):.2f}" if vals else "–")
-            lines.append(f"| `{aggregator}` | {label} | " + " | ".join(cells) + " |")
+            lines.append(f"| `{combiner}` | {label} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("| aggregator | groups whose score is constant (no signal under the aggregator) | steps × seeds |")
+    lines.append("| combiner | groups whose score is constant (no signal under the combiner) | steps × seeds |")
     lines.append("|---|---|---|")
-    for aggregator, per_seed in metrics.items():
+    for combiner, per_seed in metrics.items():
         vals = [r["zero_std_group_fraction"] for recs in per_seed.values() for r in recs if "zero_std_group_fraction" in r]
-        lines.append(f"| `{aggregator}` | {statistics.mean(vals):.2f} | {len(vals)} |" if vals else f"| `{aggregator}` | – | 0 |")
+        lines.append(f"| `{combiner}` | {statistics.mean(vals):.2f} | {len(vals)} |" if vals else f"| `{combiner}` | – | 0 |")
     return "\n".join(lines)
 
 
@@ -99,22 +99,22 @@ def _fmt(values: list[float]) -> str:
 
 
 def table(runs: dict[str, dict[int, list[dict]]], objectives: list[str]) -> str:
-    """Per aggregator and objective: held-out mean before training → after, mean ± std over seeds, and the change."""
-    lines = ["| aggregator | objective | before | after | change (after − before) | seeds |", "|---|---|---|---|---|---|"]
-    for aggregator, per_seed in runs.items():
+    """Per combiner and objective: held-out mean before training → after, mean ± std over seeds, and the change."""
+    lines = ["| combiner | objective | before | after | change (after − before) | seeds |", "|---|---|---|---|---|---|"]
+    for combiner, per_seed in runs.items():
         for name in objectives:
             key = f"objective/{name}"
             first = [r[0][key] for r in per_seed.values() if r and key in r[0]]
             last = [r[-1][key] for r in per_seed.values() if r and key in r[-1]]
             deltas = [r[-1][key] - r[0][key] for r in per_seed.values() if r and key in r[0] and key in r[-1]]
-            lines.append(f"| `{aggregator}` | {name} | {_fmt(first)} | {_fmt(last)} | {_fmt(deltas)} | {len(deltas)} |")
+            lines.append(f"| `{combiner}` | {name} | {_fmt(first)} | {_fmt(last)} | {_fmt(deltas)} | {len(deltas)} |")
     return "\n".join(lines)
 
 
 def held_out_table(out: Path, objectives: list[str], baseline: str = "sum_then_normalize") -> str:
-    """Each objective's held-out mean after training, pooled over an aggregator's seeds, with the 95 % interval over
-    held-out prompts (from the last evaluation's samples); each aggregator − the baseline paired by prompt (an
-    objective whose difference lies below zero is the one an aggregator sacrifices); and each aggregator's change
+    """Each objective's held-out mean after training, pooled over a combiner's seeds, with the 95 % interval over
+    held-out prompts (from the last evaluation's samples); each combiner − the baseline paired by prompt (an
+    objective whose difference lies below zero is the one a combiner sacrifices); and each combiner's change
     from the first evaluation (the warm start) paired by prompt."""
     runs = runs_by_variant(out, lambda r: finished(r) and bool(evaluation_steps(r)))
     if not runs:
@@ -129,7 +129,7 @@ def held_out_table(out: Path, objectives: list[str], baseline: str = "sum_then_n
 
     values = pooled_values(lambda r: None)
     before = pooled_values(lambda r: evaluation_steps(r)[0])
-    lines = ["| aggregator | seeds | " + " | ".join(objectives) + " |", "|---|---|" + "---|" * len(objectives)]
+    lines = ["| combiner | seeds | " + " | ".join(objectives) + " |", "|---|---|" + "---|" * len(objectives)]
     for a, rs in runs.items():
         cells = [ItemMean.of(values[a][name]).show(1.0, "", 3) for name in objectives]
         lines.append(f"| `{a}` | {len(rs)} | " + " | ".join(cells) + " |")
@@ -161,7 +161,7 @@ def plot(runs: dict[str, dict[int, list[dict]]], objectives: list[str], png: Pat
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), squeeze=False)
     for ax, name in zip(axes.flat, objectives, strict=False):
         key = f"objective/{name}"
-        for aggregator, per_seed in runs.items():
+        for combiner, per_seed in runs.items():
             steps = sorted({r["step"] for records in per_seed.values() for r in records if key in r})
             means, lows, highs = [], [], []
             for step in steps:
@@ -169,7 +169,7 @@ def plot(runs: dict[str, dict[int, list[dict]]], objectives: list[str], png: Pat
                 means.append(statistics.mean(vals))
                 lows.append(min(vals))
                 highs.append(max(vals))
-            line = ax.plot(steps, means, marker="o", label=aggregator)[0]
+            line = ax.plot(steps, means, marker="o", label=combiner)[0]
             ax.fill_between(steps, lows, highs, color=line.get_color(), alpha=0.15)
         ax.set_title(name)
         ax.set_xlabel("step")
@@ -185,13 +185,13 @@ def plot(runs: dict[str, dict[int, list[dict]]], objectives: list[str], png: Pat
 
 def main(argv: list[str] | None = None) -> int:
     parser, sub = comparison_parser(__doc__)
-    add_run_command(sub, list(ESTIMATOR), "--aggregators", "train every aggregator for every seed")
+    add_run_command(sub, list(ESTIMATOR), "--combiners", "train every combiner for every seed")
     p = sub.add_parser("report", help="table and PNG of finished runs")
     p.add_argument("out", type=Path)
     p.add_argument("--png", type=Path)
     args = parser.parse_args(argv)
     if args.command == "run":
-        run(args.config, args.out, args.seeds, args.aggregators, args.overrides, args.parallel)
+        run(args.config, args.out, args.seeds, args.combiners, args.overrides, args.parallel)
         return 0
     runs = collect(args.out)
     if not runs:

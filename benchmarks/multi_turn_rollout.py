@@ -38,14 +38,14 @@ from collections import Counter
 
 import torch
 
-import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
+import grove.resolve  # noqa: F401  (registers every built-in component)
 from grove.config.derived import generation_rollout
 from grove.experience import SourceContext, build_experience_source
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime, release_host_memory
 from grove.models.initial_weights import policy_source
 from grove.models.pretrained import load_policy
-from grove.resolve import load_config
+from grove.resolve import load_config, resolve
 from grove.rollout_engines import build_rollout_engine, engine_choice
 from grove.training.policy_models import build_generation_weights
 
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
         model = generation.model
     engine_id = engine_choice(cfg.rollout.engine, model, device)[0]
     engine = TimedEngine(build_rollout_engine(generation_rollout(cfg), model, tokenizer))
-    source = build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer))
+    source = build_experience_source(SourceContext.for_evaluation(resolve(cfg, "eval"), engine, tokenizer))
     if not hasattr(source, "play"):
         parser.error(f"{args.config} is not an environment config (experience source {cfg.source_id!r})")
     precision = cfg.train.precision

@@ -66,19 +66,19 @@ HELD_OUT = {
 def calibrate(config: str, overrides: list[str], groups: int) -> dict:
     """Episodes of the base model on ``groups`` training questions spread over the list (G each, sampling as in
     training)."""
-    import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
+    import grove.resolve  # noqa: F401  (registers every built-in component)
     from grove.experience import SourceContext, build_experience_source
     from grove.experience.episode_metrics import environment_summary, episode_metrics
     from grove.infra.runtime import configure_runtime
     from grove.models.pretrained import load_policy
-    from grove.resolve import load_config
+    from grove.resolve import load_config, resolve
     from grove.rollout.hf_engine import TransformersEngine
 
     cfg = load_config(config, overrides)
     configure_runtime(**cfg.runtime_settings())
     model, tokenizer = load_policy(cfg.model.name)
     source = build_experience_source(
-        SourceContext.for_evaluation(cfg, TransformersEngine(model, tokenizer), tokenizer)
+        SourceContext.for_evaluation(resolve(cfg, "eval"), TransformersEngine(model, tokenizer), tokenizer)
     )
     start = time.perf_counter()
     train = list(source.suite.train_tasks)

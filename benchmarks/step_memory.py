@@ -29,8 +29,8 @@ from pathlib import Path
 
 import psutil
 
+from grove.pipeline.update import PolicyUpdate
 from grove.resolve import load_config
-from grove.training import trainer as trainer_module
 from grove.training.trainer import Trainer
 
 WORK = [
@@ -88,7 +88,7 @@ def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="step_memory_"))
     work = [*WORK, f"train.steps={args.steps}"]
     trainer = Trainer(load_config("examples/arithmetic.yaml", [f"output_dir={out}", *work, *args.overrides]), out)
-    update = trainer_module.policy_update
+    update = PolicyUpdate.step
 
     def timed_update(*a, **kw):
         mark(f"step {trainer.step} update")
@@ -96,7 +96,7 @@ def main() -> None:
         mark(f"step {trainer.step} after the update")
         return result
 
-    trainer_module.policy_update = timed_update
+    PolicyUpdate.step = timed_update
     for _ in range(args.steps):
         trainer.step += 1
         mark(f"step {trainer.step} generation")

@@ -3,7 +3,7 @@ device, timed, against the matrix-product throughput the device reaches.
 
 The batch is synthetic and of a GRPO step's shape: ``--prompts`` prompts of ``--prompt-tokens`` random tokens, each
 with ``--samples`` completions of ``--response-tokens`` tokens, random advantages; the update is the trainer's
-(``grove.pipeline.update.policy_update`` through ``ResponseLogprobModule`` with ``train.packed_attention``,
+(``grove.pipeline.update.PolicyUpdate`` through ``ResponseLogprobModule`` with ``train.packed_attention``,
 ``--packed-attention``: ``auto`` is flex attention on CUDA), at ``train.precision`` (bf16: float32 weights under bfloat16 autocast) and
 ``train.micro_batch_size``. Model FLOPs per update: ``6 · (N_body · T_train + N_head · T_response)`` (forward 2 +
 backward 4 per parameter and token; ``N_body`` the decoder's parameters without the embedding, ``N_head`` the
@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> dict:
     import grove.resolve  # noqa: F401  (registers every built-in component)
     from grove.infra.precision import autocast
     from grove.models.logprob_module import ResponseLogprobModule
-    from grove.pipeline.update import UpdateSchedule, policy_update
-    from grove.resolve import load_config
-    from grove.resolve.run_components import resolve_loss_components
+    from grove.pipeline.update import PolicyUpdate, UpdateSchedule
+    from grove.pipeline.update_seam import UpdateContext
+    from grove.resolve import load_config, resolve
     from grove.training.optim import build_optimizer
 
     torch.set_num_threads(args.threads)
@@ -101,9 +101,9 @@ def main(argv: list[str] | None = None) -> dict:
     module = ResponseLogprobModule(model, args.packed_attention)
     cfg = load_config(None, [f"train.precision={args.precision}", f"train.micro_batch_size={args.micro_batch_size}",
                              "train.skip_zero_advantage=false"])
-    parts = resolve_loss_components(cfg)
+    parts = resolve(cfg, preflight_checks=False).components.loss
     optimizer, scheduler = build_optimizer(module, cfg.optim, 100)
-    schedule = UpdateSchedule(1, 1, args.micro_batch_size, 1.0)
+    update = PolicyUpdate(UpdateContext(module, optimizer, scheduler), parts, UpdateSchedule(1, 1, args.micro_batch_size, 1.0))
     batch = synthetic_batch(args.prompts, args.samples, args.prompt_tokens, args.response_tokens,
                             model.config.vocab_size)
     seconds = []
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
             torch.cuda.synchronize()
         start = time.perf_counter()
         with autocast(args.precision, device):
-            policy_update(module, optimizer, scheduler, batch, parts, schedule, torch.Generator())
+            update.step(batch)
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)

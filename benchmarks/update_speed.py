@@ -25,19 +25,18 @@ import time
 
 import torch
 
-import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
+import grove.resolve  # noqa: F401  (registers every built-in component)
+from grove.experience.completion_collection import ExperienceSettings, collect_scored
 from grove.experience.task_sampler import TaskSampler
 from grove.infra.precision import autocast
 from grove.infra.runtime import configure_runtime
 from grove.models.compiled_layers import compile_decoder_layers
 from grove.models.pretrained import load_policy
-from grove.pipeline.collect import ExperienceSettings, collect_scored
 from grove.pipeline.credit import CreditAssignment
-from grove.pipeline.update import UpdateSchedule, policy_update
+from grove.pipeline.update import PolicyUpdate, UpdateSchedule
+from grove.pipeline.update_seam import UpdateContext
 from grove.registry import ADVANTAGE_ESTIMATORS
-from grove.resolve import load_config
-from grove.resolve.run_components import resolve_loss_components
-from grove.rewards.scoring import resolve_rewards
+from grove.resolve import load_config, resolve
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 from grove.tasks.task import build_task
@@ -73,15 +72,15 @@ def main() -> None:
 
     settings = ExperienceSettings(
         groups=cfg.train.prompts_per_step,
-        completions_per_group=cfg.train.completions_per_prompt,
+        group_size=cfg.train.completions_per_prompt,
         sampling=SamplingParams(temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens),
-        rewards=resolve_rewards(cfg.rewards),
+        rewards=list(resolve(cfg).rewards),
     )
     credit = CreditAssignment(
         advantage_fn=ADVANTAGE_ESTIMATORS.get("grpo"),
         advantage_params=ADVANTAGE_ESTIMATORS.validate_params("grpo", {}),
-        aggregator=settings.aggregator,
-        aggregator_params=settings.aggregator_params,
+        combiner=settings.combiner,
+        combiner_params=settings.combiner_params,
     )
     engine = TransformersEngine(model, tokenizer)
     exp = credit(collect_scored(engine, draw, settings, torch.Generator().manual_seed(0), step=1))
@@ -95,16 +94,18 @@ def main() -> None:
     for repeat in range(args.repeats):
         for variant in args.variants:
             layout, precision = variant.split("-")
-            parts = resolve_loss_components(cfg)
+            parts = resolve(cfg, preflight_checks=False).components.loss
             parts = type(parts)(**{**parts.__dict__, "forward": LAYOUTS[layout], "precision": precision})
             model.load_state_dict(initial)
             optimizer, scheduler = build_optimizer(model, cfg.optim, 10)
-            schedule = UpdateSchedule(1, 1, cfg.train.micro_batch_size, 1.0)
+            update = PolicyUpdate(
+                UpdateContext(model, optimizer, scheduler), parts, UpdateSchedule(1, 1, cfg.train.micro_batch_size, 1.0)
+            )
             profiling = args.profile > 0 and repeat == args.repeats - 1
             profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profiling else None
             start = time.perf_counter()
             with autocast("fp32"), profiler or contextlib.nullcontext():
-                metrics = policy_update(model, optimizer, scheduler, batch, parts, schedule, torch.Generator())
+                metrics = update.step(batch).metrics
             times[variant].append(time.perf_counter() - start)
             if profiler is not None:
                 profiles[variant] = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile)

@@ -76,7 +76,7 @@ def peak_gpu_gb() -> float | None:
 
 
 def arithmetic_examples(n: int):
-    import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
+    import grove.resolve  # noqa: F401  (registers every built-in component)
     from grove.tasks.task import build_task
 
     task = build_task(

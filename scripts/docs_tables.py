@@ -22,14 +22,14 @@ from pathlib import Path
 
 import yaml
 
-import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
+import grove.resolve  # noqa: F401  (registers every built-in component)
 from grove.config.presets import PRESETS
 from grove.registry import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
     POLICY_LOSSES,
-    REWARD_AGGREGATORS,
+    REWARD_COMBINERS,
     Entry,
     Registry,
 )
@@ -108,8 +108,8 @@ TABLES: dict[str, Callable[[], str]] = {
         POLICY_LOSSES, lambda e: f"policy_loss: {_flow({'id': e.id, **_defaults(e)})}"
     ),
     "loss aggregations": lambda: component_table(LOSS_AGGREGATIONS, lambda e: f"aggregation: {e.id}"),
-    "reward aggregators": lambda: component_table(
-        REWARD_AGGREGATORS, lambda e: f"reward_aggregation: {_flow({'id': e.id, **_defaults(e)})}"
+    "reward combiners": lambda: component_table(
+        REWARD_COMBINERS, lambda e: f"reward_combination: {_flow({'id': e.id, **_defaults(e)})}"
     ),
     "KL estimators": lambda: component_table(KL_ESTIMATORS, lambda e: f"kl: {{estimator: {e.id}, coef: 0.01}}"),
     "presets": preset_table,

@@ -23,7 +23,7 @@ from grove.core.advantages.gigpo import EpisodeGRPOParams, GiGPOParams, StepRetu
 from grove.core.advantages.group_norm import GRPOParams
 from grove.core.segments import segment_discounted_returns
 from grove.experience.episode_metrics import anchor_metrics
-from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.registry import ADVANTAGE_ESTIMATORS, Requires
 
 EPS = 1e-6
 
@@ -190,7 +190,7 @@ def test_discounted_returns_match_a_python_loop(gamma):
         rng.shuffle(order)
         seg, key, val = ([x[i] for i in order] for x in (seg, key, val))
         got = segment_discounted_returns(
-            torch.tensor(val, dtype=torch.float64), torch.tensor(seg), torch.tensor(key), gamma
+            torch.tensor(val, dtype=torch.float64), torch.tensor(seg), torch.tensor(key), gamma=gamma
         )
         expected = loop_returns(val, seg, key, gamma)
         assert got.dtype == torch.float64
@@ -205,7 +205,7 @@ def test_discounted_returns_long_trajectories_and_dtype():
     seg = torch.zeros(100, dtype=torch.long)
     key = torch.arange(100)
     for gamma in (0.0, 0.3, 0.99, 1.0):
-        got = segment_discounted_returns(r, seg, key, gamma)
+        got = segment_discounted_returns(r, seg, key, gamma=gamma)
         assert got.dtype == torch.float32
         expected = loop_returns(r.double().tolist(), seg.tolist(), key.tolist(), gamma)
         torch.testing.assert_close(
@@ -214,22 +214,22 @@ def test_discounted_returns_long_trajectories_and_dtype():
     # gamma = 1: suffix sums; sparse terminal reward: R_t = gamma^(T-1-t)
     r = torch.zeros(100, dtype=torch.float64)
     r[-1] = 1.0
-    assert segment_discounted_returns(r, seg, key, 1.0).tolist() == [1.0] * 100
-    got = segment_discounted_returns(r, seg, key, 0.95)
+    assert segment_discounted_returns(r, seg, key, gamma=1.0).tolist() == [1.0] * 100
+    got = segment_discounted_returns(r, seg, key, gamma=0.95)
     torch.testing.assert_close(got, 0.95 ** (99 - key.double()), rtol=1e-13, atol=0)
 
 
 def test_discounted_returns_edge_cases():
-    empty = segment_discounted_returns(torch.zeros(0), torch.zeros(0, dtype=torch.long), torch.zeros(0), 0.9)
+    empty = segment_discounted_returns(torch.zeros(0), torch.zeros(0, dtype=torch.long), torch.zeros(0), gamma=0.9)
     assert empty.shape == (0,)
-    one = segment_discounted_returns(torch.tensor([2.0]), torch.tensor([5]), torch.tensor([3]), 0.9)
+    one = segment_discounted_returns(torch.tensor([2.0]), torch.tensor([5]), torch.tensor([3]), gamma=0.9)
     assert one.tolist() == [2.0]
     with pytest.raises(ValueError, match="repeats"):
-        segment_discounted_returns(torch.ones(3), torch.tensor([0, 0, 1]), torch.tensor([1, 1, 1]), 0.9)
+        segment_discounted_returns(torch.ones(3), torch.tensor([0, 0, 1]), torch.tensor([1, 1, 1]), gamma=0.9)
     with pytest.raises(ValueError, match="gamma"):
-        segment_discounted_returns(torch.ones(2), torch.tensor([0, 0]), torch.tensor([0, 1]), 1.5)
+        segment_discounted_returns(torch.ones(2), torch.tensor([0, 0]), torch.tensor([0, 1]), gamma=1.5)
     with pytest.raises(ValueError, match=r"\[S\]"):
-        segment_discounted_returns(torch.ones(2, 2), torch.tensor([0, 0]), torch.tensor([0, 1]), 0.5)
+        segment_discounted_returns(torch.ones(2, 2), torch.tensor([0, 0]), torch.tensor([0, 1]), gamma=0.5)
 
 
 # ------------------------------------------------------------------ (2) a hand-worked example
@@ -459,9 +459,9 @@ def test_registration_and_params():
     # episode_grpo compares an episode only with the others of its group; gigpo's anchor groups and the
     # discounted-return baseline also pool the steps of one trajectory, so they do not need several copies
     for id, model, requires in (
-        ("gigpo", GiGPOParams, {"steps"}),
-        ("episode_grpo", EpisodeGRPOParams, {"steps", "groups"}),
-        ("step_discounted_return", StepReturnParams, {"steps"}),
+        ("gigpo", GiGPOParams, {Requires.STEPS}),
+        ("episode_grpo", EpisodeGRPOParams, {Requires.STEPS, Requires.GROUPS}),
+        ("step_discounted_return", StepReturnParams, {Requires.STEPS}),
     ):
         entry = ADVANTAGE_ESTIMATORS.entry(id)
         assert entry.params is model and entry.requires == frozenset(requires)

@@ -155,7 +155,7 @@ def test_gigpo_report_held_out_intervals_by_hand(tmp_path, monkeypatch, capsys) 
 
 
 def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
-    """benchmarks/multi_objective.py: one seed of two aggregators on a tiny model, both at once (``--parallel``),
+    """benchmarks/multi_objective.py: one seed of two reward combiners on a tiny model, both at once (``--parallel``),
     then the table and the PNG (the runs' log files beside their directories are not runs)."""
     from grove.models.tiny import create_tiny_model_dir
 
@@ -169,7 +169,7 @@ def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, mo
                  "rollout.max_new_tokens=4", "train.steps=1", "train.prompts_per_step=2",
                  "train.completions_per_prompt=2", "checkpoint.every=10", "logging.tensorboard=false"]
     argv = ["multi_objective.py", "run", "examples/arithmetic.yaml", "--out", str(out), "--seeds", "0",
-            "--aggregators", "sum_then_normalize", "normalize_then_sum", "--parallel", "2"]
+            "--combiners", "sum_then_normalize", "normalize_then_sum", "--parallel", "2"]
     for o in overrides:
         argv += ["--set", o]
     png = tmp_path / "mo.png"

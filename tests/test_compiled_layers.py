@@ -14,7 +14,7 @@ from grove.models.compiled_layers import CompileUnavailable, compile_decoder_lay
 from grove.models.packed_forward import policy_forward_packed
 from grove.models.pretrained import load_policy
 from grove.models.tiny import create_tiny_model_dir
-from grove.resolve import load_config
+from grove.resolve import ModelNeeds, load_config
 from grove.training.policy_models import build_policy_models
 
 # one worker runs these tests (make test): inductor's start-up in a process (its C++ header, its checks) is paid once
@@ -99,7 +99,7 @@ def test_train_compile_without_a_cpp_compiler_names_the_field(tiny_model, tmp_pa
     monkeypatch.setattr(compiled_layers.shutil, "which", lambda name: None)
     cfg = load_config("examples/arithmetic.yaml", [f"model.name={tiny_model}", f"output_dir={tmp_path}", "train.compile=true"])
     with pytest.raises(ConfigError, match=r"train\.compile.*C\+\+ compiler.*train\.compile: false"):
-        build_policy_models(cfg, World(), None)
+        build_policy_models(cfg, World(), None, ModelNeeds())
 
 
 def test_train_compile_with_several_ranks_is_refused(tiny_model, tmp_path, monkeypatch):
@@ -107,7 +107,7 @@ def test_train_compile_with_several_ranks_is_refused(tiny_model, tmp_path, monke
     world = World()
     monkeypatch.setattr(type(world), "distributed", property(lambda self: True))
     with pytest.raises(ConfigError, match=r"train\.compile.*several ranks"):
-        build_policy_models(cfg, world, None)
+        build_policy_models(cfg, world, None, ModelNeeds())
 
 
 def test_decoder_layers_of_a_model_without_a_layer_list():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import logging
 
-from grove.config import ConfigError, GroveConfig, apply_overrides
+import pytest
+from pydantic import ValidationError
+
+from grove.config import ConfigError, GroveConfig, apply_overrides, dump_config
 from grove.resolve import load_config
 
 
@@ -169,10 +172,64 @@ def test_agent_examples_load(name):
     assert cfg.source_id == "environment" and cfg.algorithm.advantage.id == "gigpo"
 
 
-def test_a_gated_aggregation_naming_no_objective_is_refused_when_the_config_loads():
+def test_a_gated_combination_naming_no_objective_is_refused_when_the_config_loads():
     settings = ['rewards=[{id: answer_match}, {id: answer_format}]',
-                'algorithm.reward_aggregation={id: gated, constraints: [answer_match], objectives: [tone]}']
-    with pytest.raises(ConfigError, match="reward_aggregation.objectives: 'tone' is not an objective"):
+                'algorithm.reward_combination={id: gated, constraints: [answer_match], objectives: [tone]}']
+    with pytest.raises(ConfigError, match="reward_combination.objectives: 'tone' is not an objective"):
         load_config(None, settings)
     cfg = load_config(None, [settings[0], settings[1].replace("tone", "answer_format")])
-    assert cfg.algorithm.reward_aggregation.id == "gated"
+    assert cfg.algorithm.reward_combination.id == "gated"
+
+
+def _loaded_with_warnings(caplog, path, overrides):
+    """The config and the deprecation warnings its loading logged."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="grove.config"):
+        cfg = load_config(path, overrides)
+    return cfg, [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides"),
+    [
+        ("algorithm:\n  {key}: {{id: normalize_then_sum, renormalize: none}}\n", []),
+        ("algorithm:\n  preset: gdpo\n  {key}: {{renormalize: none}}\n", []),  # over the preset's own key
+        ("", ["algorithm.{key}={{id: gated, constraints: [answer_match]}}"]),
+    ],
+)
+def test_the_deprecated_reward_aggregation_key_loads_as_reward_combination(tmp_path, caplog, text, overrides):
+    """``algorithm.reward_aggregation`` is read as ``algorithm.reward_combination`` (the same config, one warning
+    naming the key to write); the current key warns about nothing."""
+    def load(key):
+        path = write(tmp_path, text.format(key=key)) if text else None
+        return _loaded_with_warnings(caplog, path, [o.format(key=key) for o in overrides])
+
+    old, warnings = load("reward_aggregation")
+    new, none = load("reward_combination")
+    assert old == new and dump_config(old) == dump_config(new)
+    assert "reward_aggregation" not in dump_config(old)
+    assert len(warnings) == 1 and "algorithm.reward_combination" in warnings[0], warnings
+    assert none == []
+
+
+def test_the_deprecated_reward_aggregation_key_with_reward_combination_is_an_error(tmp_path):
+    both = "algorithm:\n  reward_aggregation: {id: gated}\n  reward_combination: {id: gated}\n"
+    for load in (lambda: load_config(write(tmp_path, both)),
+                 lambda: load_config(None, ["algorithm.reward_aggregation={id: gated}",
+                                            "algorithm.reward_combination={id: gated}"])):
+        with pytest.raises(ConfigError) as raised:
+            load()
+        assert "algorithm.reward_aggregation" in str(raised.value)
+        assert "algorithm.reward_combination" in str(raised.value)
+    with pytest.raises(ValidationError, match="algorithm.reward_aggregation and algorithm.reward_combination"):
+        GroveConfig.model_validate({"algorithm": {"reward_aggregation": {"id": "gated"},
+                                                  "reward_combination": {"id": "gated"}}})
+
+
+def test_a_config_built_in_code_reads_the_deprecated_key_too(caplog):
+    with caplog.at_level(logging.WARNING, logger="grove.config"):
+        cfg = GroveConfig.model_validate({"algorithm": {"reward_aggregation": {"id": "ensemble_min"}}})
+    assert cfg.algorithm.reward_combination.id == "ensemble_min"
+    assert [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()] == [
+        "algorithm.reward_aggregation is deprecated: write algorithm.reward_combination (same value)"
+    ]

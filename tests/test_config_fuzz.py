@@ -24,7 +24,7 @@ from grove.config import ConfigError, GroveConfig
 from grove.registry import (
     ADVANTAGE_ESTIMATORS,
     POLICY_LOSSES,
-    REWARD_AGGREGATORS,
+    REWARD_COMBINERS,
     REWARD_FUNCTIONS,
 )
 from grove.resolve import load_config
@@ -69,7 +69,7 @@ def component_keys() -> list[str]:
         ("task", TASKS),
         ("algorithm.advantage", ADVANTAGE_ESTIMATORS),
         ("algorithm.policy_loss", POLICY_LOSSES),
-        ("algorithm.reward_aggregation", REWARD_AGGREGATORS),
+        ("algorithm.reward_combination", REWARD_COMBINERS),
         ("rewards.0", REWARD_FUNCTIONS),
     ):
         for id_ in registry.ids():
@@ -85,7 +85,7 @@ NONEXISTENT = [
     "TRAIN.STEPS", "env.params.id", "env.params.1", "algorithm.preset.x", "selection.samples.ratio.kind.x",
 ]
 IDS = sorted(
-    set(TASKS.ids()) | set(ADVANTAGE_ESTIMATORS.ids()) | set(POLICY_LOSSES.ids()) | set(REWARD_AGGREGATORS.ids())
+    set(TASKS.ids()) | set(ADVANTAGE_ESTIMATORS.ids()) | set(POLICY_LOSSES.ids()) | set(REWARD_COMBINERS.ids())
     | set(REWARD_FUNCTIONS.ids())
 )
 WORDS = [

@@ -28,15 +28,14 @@ from grove.demos import (
 )
 from grove.envs.actions import ParsedAction
 from grove.envs.base import EnvironmentSuite, Observation, Transition
-from grove.experience.completions import rollout_sampling
 from grove.experience.environment import EnvironmentSource
 from grove.experience.episode_records import SampleTokens
 from grove.experience.source import SourceContext
 from grove.models.tiny import build_tiny_tokenizer
 from grove.registry import ACTION_PARSERS, NoParams
-from grove.resolve import load_config
+from grove.resolve import load_config, resolve
 from grove.rewards.scoring import compute_rewards, resolve_rewards, reward_columns
-from grove.rollout.engine import RolloutOutput, encode_prompts
+from grove.rollout.engine import RolloutOutput, encode_prompts, rollout_sampling
 from grove.sft.demonstration_format import DemonstrationRow, tokenizer_fingerprint
 from grove.tasks.task import TASKS, TaskSplits, build_task, columns_for_rewards
 
@@ -206,8 +205,8 @@ def test_demonstration_tokens_equal_the_rollout_tokens_of_the_same_actions(
     for demo in episodes.values():
         task_id, seed = demo[0]["task_id"], demo[0]["seed"]
         engine = ScriptedEngine(tokenizer, turn_ids(demo))
-        source = EnvironmentSource(SourceContext.for_evaluation(cfg, engine, tokenizer))
-        (trajectory,) = source.play([(task_id, seed)], 1, rollout_sampling(cfg)).trajectories
+        source = EnvironmentSource(SourceContext.for_evaluation(resolve(cfg, "eval"), engine, tokenizer))
+        (trajectory,) = source.play([(task_id, seed)], 1, rollout_sampling(cfg.rollout)).trajectories
         actions = [a for r in demo for a in r["actions"]]
         assert not engine.responses  # the rollout played every turn of the demonstration
         assert [t.parsed.action for t in trajectory.turns[: len(actions)]] == actions

@@ -81,7 +81,7 @@ def _keys(model: type[BaseModel], prefix: str = "") -> list[str]:
         ann = field.annotation
         if isinstance(ann, type) and issubclass(ann, BaseModel) and name != "task":
             sub = _keys(ann, f"{prefix}{name}.")
-            out += sub if sub and name not in ("advantage", "policy_loss", "reward_aggregation") else [prefix + name]
+            out += sub if sub and name not in ("advantage", "policy_loss", "reward_combination") else [prefix + name]
         else:
             out.append(prefix + name)
     return out

@@ -28,11 +28,11 @@ from grove.envs.actions import ParsedAction
 from grove.experience import SourceContext, build_experience_source
 from grove.experience.env_failures import EnvironmentFailedError
 from grove.experience.episode_metrics import environment_summary
-from grove.experience.episodes import run_episodes
+from grove.experience.episodes import EpisodeSettings, run_episodes
 from grove.experience.per_step_prompts import PerStepPrompter
 from grove.experience.step_results import MalformedEnvironmentResult
 from grove.experience.trajectory_batch import trajectories_to_batch
-from grove.resolve import load_config
+from grove.resolve import load_config, resolve
 from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine
 from grove.user_code import UserCodeExit, grove_handles_stop_signals
@@ -64,19 +64,24 @@ def play(policy, params=None, *, factory="faulty", starts=((0, 10), (1, 11)), gr
     """Episodes of ``faulty_envs:<factory>`` with ``params``: task 0 (plays normally) and task 1 (misbehaves)."""
     model, tokenizer = policy
     suite = build_environment(f"faulty_envs:{factory}", params or {})
-    return run_episodes(
-        TransformersEngine(model, tokenizer),
-        suite.make,
-        list(starts),
-        group_size,
-        lambda: PerStepPrompter(tokenizer, suite.instructions, history=1, show_admissible=True, max_turns=MAX_TURNS),
-        go_right,
-        SamplingParams(temperature=1.0, max_new_tokens=4),
-        torch.Generator().manual_seed(seed),
+    settings = EpisodeSettings(
+        make_env=suite.make,
+        make_prompter=lambda: PerStepPrompter(
+            tokenizer, suite.instructions, history=1, show_admissible=True, max_turns=MAX_TURNS
+        ),
+        parse=go_right,
+        sampling=SamplingParams(temperature=1.0, max_new_tokens=4),
         max_turns=MAX_TURNS,
         invalid_penalty=0.1,
         env_name=suite.name,
         step_timeout_s=timeout,
+    )
+    return run_episodes(
+        TransformersEngine(model, tokenizer),
+        settings,
+        list(starts),
+        group_size=group_size,
+        generator=torch.Generator().manual_seed(seed),
     )
 
 
@@ -84,7 +89,7 @@ def env_source(policy, env: str):
     """The experience source of a config with ``env`` (its model's context comes from the engine's model)."""
     model, tokenizer = policy
     cfg = load_config(None, [f"env={env}", "rollout.max_new_tokens=4"])
-    return build_experience_source(SourceContext.for_evaluation(cfg, TransformersEngine(model, tokenizer), tokenizer))
+    return build_experience_source(SourceContext.for_evaluation(resolve(cfg, "eval"), TransformersEngine(model, tokenizer), tokenizer))
 
 
 def invoke(args: list[str]):

@@ -13,7 +13,7 @@ import grove.core  # noqa: F401  (registration)
 from grove.batch import step_kind_id
 from grove.core.advantages.common import run_estimator
 from grove.envs.base import EnvironmentSuite, EpisodeRecord
-from grove.experience.episodes import run_episodes
+from grove.experience.episodes import EpisodeSettings, run_episodes
 from grove.experience.trajectory_batch import trajectories_to_batch
 from grove.knowledge import Passage
 from grove.registry import ACTION_PARSERS, ADVANTAGE_ESTIMATORS
@@ -211,17 +211,20 @@ def test_rollouts_are_token_exact_and_carry_step_types(policy):
     suite = EnvironmentSuite("kb", lambda: KbRoutingEnv(shared), [0, 1, 2], [], "Answer.")
     parse = ACTION_PARSERS.get("full_text")
     for mode in ("per_step", "conversation"):
-        run = run_episodes(
-            TransformersEngine(model, tokenizer),
-            suite.make,
-            [(0, 3), (1, 4)],
-            3,
-            prompter_factory(mode, tokenizer, suite, max_turns=3),
-            lambda text, obs: parse(text, obs, None),
-            SamplingParams(temperature=1.0, max_new_tokens=6),
-            torch.Generator().manual_seed(0),
+        settings = EpisodeSettings(
+            make_env=suite.make,
+            make_prompter=prompter_factory(mode, tokenizer, suite, max_turns=3),
+            parse=lambda text, obs: parse(text, obs, None),
+            sampling=SamplingParams(temperature=1.0, max_new_tokens=6),
             max_turns=3,
             invalid_penalty=0.1,
+        )
+        run = run_episodes(
+            TransformersEngine(model, tokenizer),
+            settings,
+            [(0, 3), (1, 4)],
+            group_size=3,
+            generator=torch.Generator().manual_seed(0),
         )
         batch, _ = trajectories_to_batch(run.trajectories, 3, pad_token_id=tokenizer.pad_token_id)
         kinds = {step_kind_id(t.info.get("step_type", "invalid" if not t.parsed.valid else None))

@@ -14,7 +14,7 @@ from tests.test_train_e2e import Crash, metric_rows, run_cli
 
 from grove.envs import build_environment
 from grove.envs.actions import ParsedAction
-from grove.experience.episodes import run_episodes
+from grove.experience.episodes import EpisodeSettings, run_episodes
 from grove.experience.trajectory_batch import trajectories_to_batch
 from grove.models.logprob_module import response_logprobs
 from grove.rollout.engine import SamplingParams
@@ -174,17 +174,20 @@ def test_random_policy_rollouts_are_token_exact_on_every_builtin_environment(pol
     model, tokenizer = policy
     params = dict(BUILTIN)[env_id] if env_id != "textworld" else request.getfixturevalue("textworld_params")
     suite = build_environment(env_id, params)
-    run = run_episodes(
-        TransformersEngine(model, tokenizer),
-        suite.make,
-        [(suite.train_tasks[0], 7)],
-        3,
-        prompter_factory(mode, tokenizer, suite, max_turns=3),
-        hashed_admissible,
-        SamplingParams(temperature=1.0, max_new_tokens=5),
-        torch.Generator().manual_seed(0),
+    settings = EpisodeSettings(
+        make_env=suite.make,
+        make_prompter=prompter_factory(mode, tokenizer, suite, max_turns=3),
+        parse=hashed_admissible,
+        sampling=SamplingParams(temperature=1.0, max_new_tokens=5),
         max_turns=3,
         invalid_penalty=0.1,
+    )
+    run = run_episodes(
+        TransformersEngine(model, tokenizer),
+        settings,
+        [(suite.train_tasks[0], 7)],
+        group_size=3,
+        generator=torch.Generator().manual_seed(0),
     )
     assert run.errors == 0 and run.environment_steps > 0
     batch, _ = trajectories_to_batch(run.trajectories, 3, pad_token_id=tokenizer.pad_token_id)

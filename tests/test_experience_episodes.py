@@ -10,7 +10,7 @@ from grove.envs.actions import ParsedAction
 from grove.experience.anchors import anchor_ids
 from grove.experience.conversation import ConversationPrompter
 from grove.experience.episode_records import Turn
-from grove.experience.episodes import run_episodes
+from grove.experience.episodes import EpisodeSettings, run_episodes
 from grove.experience.per_step_prompts import PerStepPrompter
 from grove.experience.trajectory_batch import trajectories_to_batch
 from grove.models.logprob_module import response_logprobs
@@ -59,17 +59,20 @@ def play(policy, mode, *, parse=raw, groups=3, group_size=3, max_turns=5, fail_a
     suite = corridor({"length": 3, "fail_at": fail_at})
     engine = engine or TransformersEngine(model, tokenizer)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=6)
-    run = run_episodes(
-        engine,
-        suite.make,
-        [(task, 1000 + task) for task in range(groups)],
-        group_size,
-        prompter_factory(mode, tokenizer, suite, max_turns=max_turns),
-        parse,
-        sampling,
-        torch.Generator().manual_seed(seed),
+    settings = EpisodeSettings(
+        make_env=suite.make,
+        make_prompter=prompter_factory(mode, tokenizer, suite, max_turns=max_turns),
+        parse=parse,
+        sampling=sampling,
         max_turns=max_turns,
         invalid_penalty=0.5,
+    )
+    run = run_episodes(
+        engine,
+        settings,
+        [(task, 1000 + task) for task in range(groups)],
+        group_size=group_size,
+        generator=torch.Generator().manual_seed(seed),
     )
     return run
 

@@ -1,6 +1,6 @@
 """The 'add a component' examples in the docs work verbatim, from YAML, with no trainer edit, each one file: the
-estimator and the step-level method of docs/components.md, the policy loss of docs/architecture.md, the environment
-of docs/environments.md and the reward aggregator of docs/multi-objective.md."""
+estimator and the step-level method of docs/components.md, the estimator and the policy loss of docs/architecture.md,
+the environment of docs/environments.md and the reward combiner of docs/multi-objective.md."""
 
 from __future__ import annotations
 
@@ -44,6 +44,41 @@ def test_documented_estimator_trains_through_the_cli(tmp_path, monkeypatch):
     out = tmp_path / "run"
     args = base_overrides(model, out, **{"train.steps": 1, "imports": "[my_doc_estimators]",
                                          "algorithm.advantage": "{id: median_baseline}"})
+    result = run_cli(["train", "examples/arithmetic.yaml", *args])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1
+
+
+def test_the_architecture_worked_example_trains_through_the_front_door(tmp_path, monkeypatch):
+    """docs/architecture.md's estimator, one file: hand values, the front door's checks, a run through the CLI."""
+    (tmp_path / "my_range_baseline.py").write_text(
+        example_source("architecture.md", "### Worked example: a new estimator in one file")
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from grove.config import read_config
+    from grove.resolve import resolve
+    from test_advantages_group_norm import make_test_batch
+
+    plan = resolve(read_config(None, ["imports=[my_range_baseline]", "algorithm.advantage={id: range_baseline}"]),
+                   preflight_checks=False)
+    batch = make_test_batch([0, 0, 0, 0, 1, 1, 1], [2] * 7)
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 3.0, 5.0, 4.0])
+    adv = plan.components.advantage_fn(batch, scores, plan.components.advantage_params)
+    # group 0: mean 0.5, range 1 -> ±0.5; group 1: mean 4, range 2 -> (-1, 1, 0) / 2
+    torch.testing.assert_close(adv[:, 0], torch.tensor([0.5, -0.5, -0.5, 0.5, -0.5, 0.5, 0.0]), atol=1e-5, rtol=0)
+    with pytest.raises(ConfigError, match="train.completions_per_prompt: 1 with algorithm.advantage 'range_baseline'"):
+        resolve(read_config(None, ["imports=[my_range_baseline]", "algorithm.advantage={id: range_baseline}",
+                                   "train.completions_per_prompt=1"]), preflight_checks=False)
+    with pytest.raises(ConfigError, match="algorithm.advantage.epsilon"):
+        resolve(read_config(None, ["imports=[my_range_baseline]", "algorithm.advantage={id: range_baseline, "
+                                   "epsilon: 0.1}"]), preflight_checks=False)
+
+    from grove.models.tiny import create_tiny_model_dir
+    from test_train_e2e import base_overrides, run_cli
+
+    out = tmp_path / "run"
+    args = base_overrides(create_tiny_model_dir(tmp_path / "tiny"), out, **{
+        "train.steps": 1, "imports": "[my_range_baseline]", "algorithm.advantage": "{id: range_baseline}"})
     result = run_cli(["train", "examples/arithmetic.yaml", *args])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1
@@ -122,20 +157,20 @@ def test_documented_environment_trains_through_the_cli(tmp_path, monkeypatch):
     assert len(metric_rows(out)) == 2
 
 
-def test_documented_aggregator_matches_hand_values_and_trains_through_the_cli(tmp_path, monkeypatch):
-    """The 'Adding an aggregator' example of docs/multi-objective.md, verbatim."""
-    (tmp_path / "my_doc_aggregators.py").write_text(example_source("multi-objective.md", "## Adding an aggregator"))
+def test_documented_combiner_matches_hand_values_and_trains_through_the_cli(tmp_path, monkeypatch):
+    """The 'Adding a reward combiner' example of docs/multi-objective.md, verbatim."""
+    (tmp_path / "my_doc_combiners.py").write_text(example_source("multi-objective.md", "## Adding a reward combiner"))
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = load_config(None, ["imports=[my_doc_aggregators]", "rewards=[{id: 'user_rewards:two_checks'}]",
-                             "algorithm.reward_aggregation={id: soft_min, temperature: 0.5}"])
-    from grove.core.objectives import run_aggregator
-    from grove.registry import REWARD_AGGREGATORS
-    from test_objectives_aggregators import reward_batch
+    cfg = load_config(None, ["imports=[my_doc_combiners]", "rewards=[{id: 'user_rewards:two_checks'}]",
+                             "algorithm.reward_combination={id: soft_min, temperature: 0.5}"])
+    from grove.core.objectives import run_combiner
+    from grove.registry import REWARD_COMBINERS
+    from test_objectives_combiners import reward_batch
 
-    fn = REWARD_AGGREGATORS.get("soft_min")
-    params = cfg.algorithm.reward_aggregation.validated(REWARD_AGGREGATORS)
+    fn = REWARD_COMBINERS.get("soft_min")
+    params = cfg.algorithm.reward_combination.validated(REWARD_COMBINERS)
     batch = reward_batch([[1.0, 0.0], [1.0, 1.0], [float("nan"), 0.5]], [0, 0, 1])
-    out = run_aggregator(fn, batch, params)
+    out = run_combiner(fn, batch, params)
     # -0.5 log(e^-2 + e^0); -0.5 log(2 e^-2) = 1 - 0.5 log 2; one objective applies: its value
     expected = torch.tensor([-0.5 * math.log(math.exp(-2) + 1), 1 - 0.5 * math.log(2), 0.5], dtype=torch.float64)
     torch.testing.assert_close(out.scores, expected)
@@ -146,9 +181,9 @@ def test_documented_aggregator_matches_hand_values_and_trains_through_the_cli(tm
 
     model = create_tiny_model_dir(tmp_path / "tiny")
     out_dir = tmp_path / "run"
-    args = base_overrides(model, out_dir, **{"train.steps": 1, "imports": "[my_doc_aggregators]",
+    args = base_overrides(model, out_dir, **{"train.steps": 1, "imports": "[my_doc_combiners]",
                                              "rewards": "[{id: 'user_rewards:two_checks'}]",
-                                             "algorithm.reward_aggregation": "{id: soft_min, temperature: 0.5}"})
+                                             "algorithm.reward_combination": "{id: soft_min, temperature: 0.5}"})
     result = run_cli(["train", "examples/arithmetic.yaml", *args])
     assert result.exit_code == 0, result.output
     assert "objective/has_seven/signal_group_fraction" in metric_rows(out_dir)[0]

@@ -32,7 +32,7 @@ from grove.registry import (
     ADVANTAGE_ESTIMATORS,
     ENVIRONMENTS,
     POLICY_LOSSES,
-    REWARD_AGGREGATORS,
+    REWARD_COMBINERS,
     REWARD_FUNCTIONS,
 )
 from grove.resolve import load_config
@@ -269,7 +269,7 @@ def test_every_section_of_the_schema_refuses_numbers_that_are_not_finite_by_its_
 
 COMPONENT_REGISTRIES = {
     "task": TASKS, "algorithm.advantage": ADVANTAGE_ESTIMATORS, "algorithm.policy_loss": POLICY_LOSSES,
-    "algorithm.reward_aggregation": REWARD_AGGREGATORS, "rewards.0": REWARD_FUNCTIONS, "env.params": ENVIRONMENTS,
+    "algorithm.reward_combination": REWARD_COMBINERS, "rewards.0": REWARD_FUNCTIONS, "env.params": ENVIRONMENTS,
     "env.action_parser": ACTION_PARSERS,
 }
 COMPONENT_FLOATS = sorted(

@@ -15,7 +15,7 @@ from grove.infra import checkpoint as ckpt
 from grove.models.initial_weights import initial_model_dir, policy_source
 from grove.models.pretrained import ModelLoadError, load_policy
 from grove.registry import POLICY_LOSSES
-from grove.training.preflight import preflight
+from grove.resolve import resolve
 from grove.training.trainer import Trainer
 
 
@@ -81,7 +81,7 @@ def test_nothing_to_start_from_is_a_config_error_naming_the_key(runs, tmp_path):
         initial_model_dir(str(tmp_path / "empty"))
     cfg = run_config(tiny, tmp_path / "out", 1, **{"model.init_from": str(tmp_path / "empty")})
     with pytest.raises(ConfigError, match="model.init_from"):
-        preflight(cfg)
+        resolve(cfg)
 
 
 def test_training_from_a_run_starts_from_its_weights_and_regularises_towards_them(runs, tmp_path):

@@ -36,10 +36,13 @@ ALLOWED = {
     "knowledge": {"atomic_files", "registry"},
     "envs": {"knowledge", "registry", "user_code"},
     "sft": {"batch", "config", "rollout"},
-    "rm": {"batch", "config", "distributed", "evaluation", "infra", "rewards", "sft"},
+    "rm": {"batch", "config", "distributed", "evaluation", "infra", "pipeline", "rewards", "sft"},
     "demos": {"atomic_files", "config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
     "view": {"infra"},
-    "resolve": {"builtin_components", "config", "core", "infra", "pipeline", "registry", "tasks"},
+    "resolve": {
+        "builtin_components", "config", "core", "envs", "experience", "infra", "models", "pipeline", "registry",
+        "rewards", "tasks", "user_code",
+    },
     "experience": {
         "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",
         "rm", "rollout", "sft", "tasks", "user_code",

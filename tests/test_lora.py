@@ -214,7 +214,7 @@ def test_config_section_validates_at_load_time():
 
 def test_memory_plan_counts_adapters_and_no_reference_copy(tiny):
     dims = ModelDims.from_model_dir(tiny)
-    shape = RunShape(prompt_tokens=16, max_new_tokens=8, prompts_per_step=2, completions_per_prompt=4,
+    shape = RunShape(prompt_tokens=16, max_new_tokens=8, prompts_per_step=2, group_size=4,
                      micro_batch_size=4, shared_prefix=True, reference_model=True)
     adapters = lora_parameter_count(dims, 4, list(DEFAULT_TARGET_MODULES))
     full = estimate_peak_bytes(dims, shape)

@@ -7,22 +7,23 @@ import pytest
 import torch
 
 from grove.batch import RolloutBatch
-from grove.config.derived import needs_reference_model
 from grove.core.aggregation import seq_mean_token_mean
 from grove.core.losses import PolicyLossInput, PolicyLossOutput
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.pipeline.micro_batches import largest_first
-from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
-from grove.registry import POLICY_LOSSES, NoParams
-from grove.resolve import load_config
-from grove.resolve.run_components import resolve_loss_components
+from grove.pipeline.update import Coefficients, LossComponents, PolicyUpdate, UpdateSchedule
+from grove.pipeline.update_seam import UpdateContext
+from grove.registry import POLICY_LOSSES, NoParams, Requires
+from grove.resolve import load_config, resolve
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 
 SEEN: list[PolicyLossInput] = []
 
 
-@POLICY_LOSSES.register("test_recording_loss", requires=("ref_logprobs",), summary="ppo_clip that records its input")
+@POLICY_LOSSES.register(
+    "test_recording_loss", requires=(Requires.REFERENCE_LOGPROBS,), summary="ppo_clip that records its input"
+)
 def recording_loss(inputs: PolicyLossInput, params: NoParams) -> PolicyLossOutput:
     SEEN.append(inputs)
     return ppo_clip(inputs, PPOClipParams())
@@ -68,8 +69,9 @@ def _update(model, batch, policy_loss, sequence_count="all_rows", micro=6):
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    metrics = policy_update(model, opt, sched, batch, parts, UpdateSchedule(1, 1, micro, None), torch.Generator(),
-                            Coefficients())
+    metrics = PolicyUpdate(UpdateContext(model, opt, sched), parts, UpdateSchedule(1, 1, micro, None)).step(
+        batch, Coefficients()
+    ).metrics
     model.load_state_dict(initial)
     return metrics
 
@@ -113,15 +115,15 @@ def test_micro_batches_run_largest_first(policy, batch):
 
 def test_a_loss_that_reads_ref_logprobs_loads_a_reference_model():
     cfg = load_config(None, ["algorithm.policy_loss={id: test_recording_loss}"])
-    assert cfg.algorithm.kl.coef == 0 and needs_reference_model(cfg)
-    assert not needs_reference_model(load_config(None, []))
-    assert needs_reference_model(load_config(None, ["algorithm.kl.coef=0.1"]))
+    assert cfg.algorithm.kl.coef == 0 and resolve(cfg, preflight_checks=False).model_needs.reference
+    assert not resolve(load_config(None, []), preflight_checks=False).model_needs.reference
+    assert resolve(load_config(None, ["algorithm.kl.coef=0.1"]), preflight_checks=False).model_needs.reference
 
 
 def test_sequence_count_reaches_the_update(policy, batch):
     cfg = load_config(None, ["algorithm.sequence_count=rows_with_loss_tokens"])
-    assert resolve_loss_components(cfg).sequence_count == "rows_with_loss_tokens"
-    assert resolve_loss_components(load_config(None, [])).sequence_count == "all_rows"
+    assert resolve(cfg, preflight_checks=False).components.loss.sequence_count == "rows_with_loss_tokens"
+    assert resolve(load_config(None, []), preflight_checks=False).components.loss.sequence_count == "all_rows"
     model, _ = policy
     all_rows = _update(model, batch, ppo_clip)["loss"]
     with_tokens = _update(model, batch, ppo_clip, sequence_count="rows_with_loss_tokens")["loss"]
@@ -131,7 +133,7 @@ def test_sequence_count_reaches_the_update(policy, batch):
 
 
 def test_trainer_gives_a_ref_logprobs_loss_the_reference_policy(tmp_path):
-    """Through the CLI with kl.coef 0: the loss's requires=("ref_logprobs",) alone loads the reference model."""
+    """Through the CLI with kl.coef 0: the loss's requires=(Requires.REFERENCE_LOGPROBS,) alone loads the reference model."""
     from grove.models.tiny import create_tiny_model_dir
     from test_train_e2e import base_overrides, run_cli
 

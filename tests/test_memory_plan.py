@@ -13,7 +13,7 @@ from grove.models.tiny import create_tiny_model_dir
 
 def test_breakdown_by_hand():
     m = ModelDims(num_params=1000, hidden=4, intermediate=8, layers=2, kv_dim=2, vocab=10)
-    r = RunShape(prompt_tokens=5, max_new_tokens=3, prompts_per_step=2, completions_per_prompt=4,
+    r = RunShape(prompt_tokens=5, max_new_tokens=3, prompts_per_step=2, group_size=4,
                  micro_batch_size=4, shared_prefix=True, reference_model=True, logits_chunk=7)
     parts = estimate_peak_bytes(m, r)
     per_token_layer = 8 * 4 + 2 * 2 + 4 * 8  # 68 values
@@ -52,7 +52,7 @@ def test_breakdown_by_hand():
 
 def test_per_rank_estimate_under_ddp_and_fsdp2_by_hand():
     m = ModelDims(num_params=1000, hidden=4, intermediate=8, layers=2, kv_dim=2, vocab=10)
-    r = RunShape(prompt_tokens=5, max_new_tokens=3, prompts_per_step=2, completions_per_prompt=4,
+    r = RunShape(prompt_tokens=5, max_new_tokens=3, prompts_per_step=2, group_size=4,
                  micro_batch_size=4, shared_prefix=True, reference_model=True)
     one = estimate_peak_bytes(m, r)
     ddp = estimate_peak_bytes(m, RunShape(**{**r.__dict__, "processes": 2, "strategy": "ddp"}))

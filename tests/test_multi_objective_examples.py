@@ -14,15 +14,15 @@ from grove.resolve import load_config
 
 
 @pytest.mark.parametrize(
-    ("name", "objectives", "aggregator"),
+    ("name", "objectives", "combiner"),
     [
         ("clinical_crpo", ("accuracy", "faithfulness", "comprehensiveness", "format"), "normalize_then_sum"),
         ("ifeval_gdpo", ("prompt_pass", "instruction_pass", "keywords"), "normalize_then_sum"),
     ],
 )
-def test_multi_objective_examples_load(name, objectives, aggregator):
+def test_multi_objective_examples_load(name, objectives, combiner):
     cfg = load_config(f"examples/{name}.yaml")
-    assert cfg.algorithm.reward_aggregation.id == aggregator
+    assert cfg.algorithm.reward_combination.id == combiner
     assert cfg.algorithm.advantage.id == "score_as_advantage"
     assert reward_column_names(cfg.rewards[0])[: len(objectives)] == objectives
 

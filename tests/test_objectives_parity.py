@@ -1,4 +1,4 @@
-"""Reward aggregation against independent loop transcriptions of the references, on random inputs.
+"""Reward combination against independent loop transcriptions of the references, on random inputs.
 
 * TRL 1.16 ``GRPOTrainer._generate_and_score_completions``: ``multi_objective_aggregation`` in
   ``{"sum_then_normalize", "normalize_then_sum"}`` with ``scale_rewards="group"``: NaN-aware group
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from grove.registry import ADVANTAGE_ESTIMATORS, NoParams
-from test_objectives_aggregators import aggregate, random_case, reward_batch
+from test_objectives_combiners import combine, random_case, reward_batch
 
 NAN = math.nan
 
@@ -104,7 +104,7 @@ def test_normalize_then_sum_equals_trl(seed):
     r, groups, weights, lengths = random_case(seed, n_groups=4, g=4, k=3, nan_fraction=0.25)
     r[seed % 16] = NAN  # one unscorable sample: TRL excludes it and gives it 0
     batch = reward_batch(_rows(r), groups.tolist(), weights=weights, lengths=lengths)
-    ours = aggregate("normalize_then_sum", batch)  # defaults = TRL: eps 1e-4, lone_value ignore, renormalize batch
+    ours = combine("normalize_then_sum", batch)  # defaults = TRL: eps 1e-4, lone_value ignore, renormalize batch
     expected = trl_advantages(_rows(r), groups.tolist(), weights, "normalize_then_sum")
     assert torch.allclose(ours.scores, torch.tensor(expected, dtype=torch.float64), atol=1e-8, rtol=1e-8)
 
@@ -114,7 +114,7 @@ def test_sum_then_normalize_with_grpo_eps_1e4_equals_trl(seed):
     r, groups, weights, lengths = random_case(seed, n_groups=4, g=4, k=3, nan_fraction=0.25)
     r[:, 2] = torch.where(torch.isnan(r).all(1), 0.5, r[:, 2])  # grove refuses unscorable samples here
     batch = reward_batch(_rows(r), groups.tolist(), weights=weights, lengths=lengths)
-    scores = aggregate("sum_then_normalize", batch).scores
+    scores = combine("sum_then_normalize", batch).scores
     grpo = ADVANTAGE_ESTIMATORS.get("grpo")
     ours = grpo(batch, scores, ADVANTAGE_ESTIMATORS.validate_params("grpo", {"eps": 1e-4}))[:, 0]
     expected = trl_advantages(_rows(r), groups.tolist(), weights, "sum_then_normalize")
@@ -127,7 +127,7 @@ def test_normalize_then_sum_tokens_equals_verl_gdpo(seed):
     if seed % 4 == 0:  # verl's single-sample groups (mean 0, std 1)
         groups = torch.tensor([0, 0, 0, 1, 2, 2, 2, 2, 3, 3, 4, 5, 5, 5, 6, 6])
     batch = reward_batch(_rows(r), groups.tolist(), weights=weights, lengths=lengths)
-    ours = aggregate("normalize_then_sum", batch, eps=1e-6, lone_value="raw", renormalize="tokens")
+    ours = combine("normalize_then_sum", batch, eps=1e-6, lone_value="raw", renormalize="tokens")
     expected = verl_gdpo(_rows(r), groups.tolist(), weights, lengths)
     assert torch.allclose(ours.scores, torch.tensor(expected, dtype=torch.float64), atol=1e-8, rtol=1e-8)
     per_token = ADVANTAGE_ESTIMATORS.get("score_as_advantage")(batch, ours.scores, NoParams())
@@ -137,6 +137,6 @@ def test_normalize_then_sum_tokens_equals_verl_gdpo(seed):
 def test_float32_parity_within_float32_precision():
     r, groups, weights, lengths = random_case(7, n_groups=8, g=8, k=4, nan_fraction=0.2)
     batch = reward_batch(_rows(r), groups.tolist(), weights=weights, lengths=lengths, dtype=torch.float32)
-    ours = aggregate("normalize_then_sum", batch).scores.double()
+    ours = combine("normalize_then_sum", batch).scores.double()
     expected = trl_advantages(_rows(r.float().double()), groups.tolist(), weights, "normalize_then_sum")
     assert torch.allclose(ours, torch.tensor(expected, dtype=torch.float64), atol=2e-5)

@@ -11,15 +11,22 @@ import torch
 import grove.pipeline.update as update_module
 from grove.batch import RolloutBatch
 from grove.core.aggregation import token_mean
+from grove.core.keep_ratio_schedules import KeepRatioSchedule
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.pipeline.downsampling import (
     SampleSelection,
-    TokenSelection,
     select_rollouts,
-    selected_token_count,
     sequence_advantages,
 )
-from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
+from grove.pipeline.loss_token_filter import EVERY_LOSS_TOKEN
+from grove.pipeline.token_selection import (
+    ScheduledTokenSelection,
+    TopScoreTokens,
+    select_loss_tokens,
+    selected_token_count,
+)
+from grove.pipeline.update import Coefficients, LossComponents, PolicyUpdate, UpdateSchedule
+from grove.pipeline.update_seam import UpdateContext
 from grove.resolve import load_config
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
@@ -61,10 +68,10 @@ def _rows(batch: RolloutBatch, kept: RolloutBatch) -> torch.Tensor:
 
 def test_selected_token_count_predicts_selection():
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
-    assert selected_token_count(mask, TokenSelection("sequence"), 0.5) == 2 + 1 + 2
-    assert selected_token_count(mask, TokenSelection("micro_batch"), 0.5) == 4
+    assert selected_token_count(mask, "sequence", 0.5) == 2 + 1 + 2
+    assert selected_token_count(mask, "micro_batch", 0.5) == 4
     with pytest.raises(ValueError, match="batch scope"):
-        selected_token_count(mask, TokenSelection("batch"), 0.5)
+        selected_token_count(mask, "batch", 0.5)
 
 
 @pytest.fixture(scope="module")
@@ -87,16 +94,16 @@ def rollout_batch(policy) -> RolloutBatch:
     )
 
 
-def _update(model, batch, token_selection, ratio, micro):
+def _update(model, batch, tokens, micro):
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     parts = LossComponents(
         policy_loss=ppo_clip, policy_params=PPOClipParams(), loss_aggregation=token_mean, kl_estimator=None,
-        temperature=1.0, max_response_length=8, forward="packed", token_selection=token_selection,
+        temperature=1.0, max_response_length=8, forward="packed",
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    metrics = policy_update(model, opt, sched, batch, parts, UpdateSchedule(1, 1, micro, None), torch.Generator(),
-                            Coefficients(token_keep_ratio=ratio))
+    update = PolicyUpdate(UpdateContext(model, opt, sched), parts, UpdateSchedule(1, 1, micro, None))
+    metrics = update.step(batch, Coefficients(), tokens).metrics
     after = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(initial)
     return metrics, after
@@ -107,12 +114,10 @@ def test_token_selection_equals_training_on_the_selected_mask(policy, rollout_ba
     """Selecting the top |A|·H tokens inside the update = an update whose loss mask is those tokens
     (entropy from the same forward), normalised by their count."""
     from grove.models.logprob_module import response_logprobs
-    from grove.pipeline.downsampling import select_loss_tokens
 
     model = policy[0]
     batch = rollout_batch
-    selection = TokenSelection(scope)
-    metrics, after = _update(model, batch, selection, 0.5, micro)
+    metrics, after = _update(model, batch, TopScoreTokens(scope, 0.5), micro)
     # the expected mask: same micro-batches (groups together, longest first), same entropies
     with torch.no_grad():
         _, entropy = response_logprobs(model, batch, "packed", with_entropy=True)
@@ -120,21 +125,23 @@ def test_token_selection_equals_training_on_the_selected_mask(policy, rollout_ba
     order = order[torch.argsort(batch.group_index[order], stable=True)]
     selected = torch.zeros_like(batch.loss_mask)
     for idx in torch.split(order, micro):
-        selected[idx] = select_loss_tokens(batch.loss_mask[idx], batch.advantages[idx], entropy[idx], selection, 0.5)
+        selected[idx] = select_loss_tokens(batch.loss_mask[idx], batch.advantages[idx], entropy[idx], scope, 0.5)
     if scope == "batch":  # one ranking over every token of the (mini-)batch
-        selected = select_loss_tokens(batch.loss_mask, batch.advantages, entropy, selection, 0.5)
+        selected = select_loss_tokens(batch.loss_mask, batch.advantages, entropy, scope, 0.5)
         assert int(selected.sum()) == math.ceil(0.5 * int(batch.loss_mask.sum()))
     assert metrics["grad_tokens"] == float(selected.sum()) < float(batch.loss_mask.sum())
     assert metrics["selection/kept_tokens_frac"] == pytest.approx(float(selected.sum() / batch.loss_mask.sum()))
-    reference, expected = _update(model, batch.replace(loss_mask=selected), None, 1.0, micro)
+    reference, expected = _update(model, batch.replace(loss_mask=selected), EVERY_LOSS_TOKEN, micro)
     assert metrics["loss"] == pytest.approx(reference["loss"], rel=1e-5, abs=1e-7)
     for name in after:
         torch.testing.assert_close(after[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
 
 
 def test_token_ratio_one_is_plain_training(policy, rollout_batch):
-    with_sel, a = _update(policy[0], rollout_batch, TokenSelection("sequence"), 1.0, 5)
-    without, b = _update(policy[0], rollout_batch, None, 1.0, 5)
+    relaxed = ScheduledTokenSelection("sequence", KeepRatioSchedule(kind="linear", start=0.5, end=1.0, steps=4), 8)
+    assert relaxed.at(1) == TopScoreTokens("sequence", 0.5)
+    with_sel, a = _update(policy[0], rollout_batch, relaxed.at(5), 5)  # the ratio has reached 1
+    without, b = _update(policy[0], rollout_batch, EVERY_LOSS_TOKEN, 5)
     assert with_sel["loss"] == without["loss"] and "selection/kept_tokens_frac" not in with_sel
     for name in a:
         assert torch.equal(a[name], b[name])

@@ -154,7 +154,7 @@ def test_episodes_with_reuse_equal_episodes_without(policy, counting, mode):
     from grove.envs.actions import ParsedAction
     from grove.experience.conversation import ConversationPrompter
     from grove.experience.episode_metrics import rollout_timing
-    from grove.experience.episodes import run_episodes
+    from grove.experience.episodes import EpisodeSettings, run_episodes
     from grove.experience.per_step_prompts import PerStepPrompter
 
     model, tokenizer = policy
@@ -169,11 +169,17 @@ def test_episodes_with_reuse_equal_episodes_without(policy, counting, mode):
             prompter = lambda: PerStepPrompter(  # noqa: E731
                 tokenizer, suite.instructions, history=2, show_admissible=True, max_turns=4)
         seen.clear()
+        settings = EpisodeSettings(
+            make_env=suite.make,
+            make_prompter=prompter,
+            parse=lambda text, _obs: ParsedAction(text.strip(), True),
+            sampling=SamplingParams(temperature=1.0, max_new_tokens=6),
+            max_turns=4,
+            invalid_penalty=0.5,
+        )
         run = run_episodes(
-            TransformersEngine(model, tokenizer, reuse_prefixes=reuse), suite.make, [(0, 7), (1, 8)], 3, prompter,
-            lambda text, _obs: ParsedAction(text.strip(), True),
-            SamplingParams(temperature=1.0, max_new_tokens=6), torch.Generator().manual_seed(0),
-            max_turns=4, invalid_penalty=0.5,
+            TransformersEngine(model, tokenizer, reuse_prefixes=reuse), settings, [(0, 7), (1, 8)], group_size=3,
+            generator=torch.Generator().manual_seed(0),
         )
         return run, sum(seen)
 

@@ -153,7 +153,8 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(tiny, tmp_path,
 # ---------------------------------------------------------------- non-finite guard
 def _nan_loss_on(trainer: Trainer, calls: set[int]) -> None:
     """Make the policy loss NaN on the given (1-based) micro-batch calls."""
-    parts = trainer.loss_parts
+    update = trainer.built.updater
+    parts = update.loss
     real = parts.policy_loss
     count = {"n": 0}
 
@@ -166,7 +167,7 @@ def _nan_loss_on(trainer: Trainer, calls: set[int]) -> None:
 
     import dataclasses
 
-    trainer.loss_parts = dataclasses.replace(parts, policy_loss=loss)
+    update.loss = dataclasses.replace(parts, policy_loss=loss)
 
 
 def test_a_nan_loss_skips_that_optimizer_step(tiny, straight, tmp_path, caplog):

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.test_pipeline_collect import ScriptedEngine, collect_experience, make_source
-from tests.test_pipeline_collect import settings as collect_settings
+from tests.test_experience_completion_collection import ScriptedEngine, collect_experience, make_source
+from tests.test_experience_completion_collection import settings as collect_settings
 from tests.test_train_e2e import base_overrides
 
 import grove.builtin_components  # noqa: F401
 from forked_processes import run_grove
 from grove.models.tiny import create_tiny_model_dir
-from grove.registry import ADVANTAGE_ESTIMATORS, REWARD_AGGREGATORS
+from grove.registry import ADVANTAGE_ESTIMATORS, REWARD_COMBINERS
 from grove.rewards.scoring import RewardFunctionError, compute_rewards, resolve_reward
 from grove.user_code import UserCodeExit, grove_handles_stop_signals
 
@@ -180,7 +180,7 @@ def test_a_weighted_sum_beyond_float32_names_the_rewards():
     """3e38 fits float32, but weighted by 10 (or added to another 3e38) the combined reward would be inf."""
     script = {0: ["1", "22", "333"], 1: ["4444", "5", "777"]}
     heavy = collect_settings(
-        groups=2, completions_per_group=3, rewards=[resolve_reward("faulty_rewards:near_float32_max", weight=10.0)]
+        groups=2, group_size=3, rewards=[resolve_reward("faulty_rewards:near_float32_max", weight=10.0)]
     )
     with pytest.raises(RewardFunctionError, match=r"step 3: the weighted rewards of sample 0 \(near_float32_max "
                        r"3e\+38 × weight 10\) add up to 3e\+39 in magnitude, beyond float32's largest value 3\.403e\+38"
@@ -188,7 +188,7 @@ def test_a_weighted_sum_beyond_float32_names_the_rewards():
                        r"prompt='q0', completion='1'"):
         collect_experience(ScriptedEngine(script), make_source([0, 1]), heavy, torch.Generator(), step=3)
     two = collect_settings(
-        groups=2, completions_per_group=3,
+        groups=2, group_size=3,
         rewards=[
             resolve_reward("faulty_rewards:near_float32_max", name="a"),
             resolve_reward("faulty_rewards:near_float32_max", name="b"),
@@ -198,7 +198,7 @@ def test_a_weighted_sum_beyond_float32_names_the_rewards():
         collect_experience(ScriptedEngine(script), make_source([0, 1]), two, torch.Generator(), step=3)
     # one at weight 1 (and another logged only, weight 0) fits
     fits = collect_settings(
-        groups=2, completions_per_group=3,
+        groups=2, group_size=3,
         rewards=[
             resolve_reward("faulty_rewards:near_float32_max", name="a"),
             resolve_reward("faulty_rewards:near_float32_max", name="b", weight=0.0),
@@ -210,7 +210,7 @@ def test_a_weighted_sum_beyond_float32_names_the_rewards():
 
 # ----------------------------------------------------------------------------- None for every objective
 
-AGGREGATORS = {
+COMBINERS = {
     "sum_then_normalize": {},
     "normalize_then_sum": {"renormalize": "none"},
     "variance_weighted": {},
@@ -220,29 +220,29 @@ AGGREGATORS = {
 }
 
 
-def none_settings(aggregator: str, completions_per_group: int, **overrides):
+def none_settings(combiner: str, group_size: int, **overrides):
     return collect_settings(
         groups=2,
-        completions_per_group=completions_per_group,
+        group_size=group_size,
         rewards=[resolve_reward("faulty_rewards:none_checks_on_even_length")],
-        aggregator=REWARD_AGGREGATORS.get(aggregator),
-        aggregator_params=REWARD_AGGREGATORS.validate_params(aggregator, AGGREGATORS[aggregator]),
+        combiner=REWARD_COMBINERS.get(combiner),
+        combiner_params=REWARD_COMBINERS.validate_params(combiner, COMBINERS[combiner]),
         **overrides,
     )
 
 
-@pytest.mark.parametrize("aggregator", sorted(AGGREGATORS))
-def test_samples_no_reward_applies_to_are_left_out_under_every_aggregator(aggregator, caplog):
+@pytest.mark.parametrize("combiner", sorted(COMBINERS))
+def test_samples_no_reward_applies_to_are_left_out_under_every_combiner(combiner, caplog):
     """A sample whose every objective is None cannot be scored: it leaves the step (counted, warned about once),
     and each group's advantages are those of the group without it."""
     with_none = {0: ["1", "22", "333", "5"], 1: ["4444", "5", "777", "9"]}  # even lengths: every objective None
     without = {0: ["1", "333", "5"], 1: ["5", "777", "9"]}
-    settings = none_settings(aggregator, 4)
+    settings = none_settings(combiner, 4)
     with caplog.at_level(logging.WARNING, logger="grove.rewards"):
         exp = collect_experience(ScriptedEngine(with_none), make_source([0, 1]), settings, torch.Generator(), step=1)
         again = collect_experience(ScriptedEngine(with_none), make_source([0, 1]), settings, torch.Generator(), step=2)
     ref = collect_experience(
-        ScriptedEngine(without), make_source([0, 1]), none_settings(aggregator, 3), torch.Generator(), step=1
+        ScriptedEngine(without), make_source([0, 1]), none_settings(combiner, 3), torch.Generator(), step=1
     )
     assert [m["completion"] for m in exp.batch.metadata] == ["1", "333", "5", "5", "777", "9"]
     assert exp.stats["reward_excluded_samples"] == 2 and again.stats["reward_excluded_samples"] == 2
@@ -259,7 +259,7 @@ def test_a_reward_returning_none_for_a_sample_is_not_an_on_error_failure():
     script = {0: ["1", "22", "333"], 1: ["4444", "5", "777"]}
     for on_error in ("raise", "skip", "zero"):
         spec = resolve_reward("faulty_rewards:none_on_even_length", on_error=on_error)
-        s = collect_settings(groups=2, completions_per_group=3, rewards=[spec])
+        s = collect_settings(groups=2, group_size=3, rewards=[spec])
         exp = collect_experience(ScriptedEngine(script), make_source([0, 1]), s, torch.Generator(), step=1)
         assert [m["completion"] for m in exp.batch.metadata] == ["1", "333", "5", "777"]
         assert exp.stats["reward_excluded_samples"] == 2 and exp.stats.get("reward_errors/none_on_even_length", 0) == 0
@@ -268,7 +268,7 @@ def test_a_reward_returning_none_for_a_sample_is_not_an_on_error_failure():
 
 
 def test_a_round_no_sample_of_which_can_be_scored_is_an_error_naming_the_reward():
-    s = collect_settings(groups=2, completions_per_group=3, rewards=[resolve_reward("faulty_rewards:always_none")])
+    s = collect_settings(groups=2, group_size=3, rewards=[resolve_reward("faulty_rewards:always_none")])
     with pytest.raises(RewardFunctionError, match=r"step 4: no weighted reward applies to any of the 6 samples of the "
                        r"round \(the weighted rewards \('always_none'\) returned None \('does not apply'\) for every "
                        r"objective; .*nothing to train on"):
@@ -277,7 +277,7 @@ def test_a_round_no_sample_of_which_can_be_scored_is_an_error_naming_the_reward(
 
 
 def test_rewards_all_logged_only_are_an_error_saying_so():
-    s = collect_settings(groups=2, completions_per_group=3, rewards=[resolve_reward("faulty_rewards:pid", weight=0.0)])
+    s = collect_settings(groups=2, group_size=3, rewards=[resolve_reward("faulty_rewards:pid", weight=0.0)])
     with pytest.raises(RewardFunctionError, match=r"step 1: every reward has weight 0 \(logged only\), so none of the 6 "
                        r"samples of the round can be scored; give at least one reward"):
         collect_experience(ScriptedEngine({0: ["1", "2", "3"], 1: ["4", "5", "6"]}), make_source([0, 1]), s,
@@ -288,7 +288,7 @@ def test_dynamic_sampling_counts_a_group_that_lost_samples_as_a_group():
     """Two informative groups, one of which lost a sample nothing applies to, fill a step of two groups."""
     script = {0: ["1", "22", "333"], 1: ["5", "777", "9"]}
     s = collect_settings(
-        groups=2, completions_per_group=3, max_rounds=3,
+        groups=2, group_size=3, max_rounds=3,
         rewards=[resolve_reward("faulty_rewards:none_on_even_length")],
     )
     engine = ScriptedEngine(script)
@@ -298,11 +298,11 @@ def test_dynamic_sampling_counts_a_group_that_lost_samples_as_a_group():
 
 
 def test_a_greedy_baseline_no_reward_applies_to_counts_as_zero():
-    """ReMax: an unscorable greedy completion is a baseline of 0 (documented), not an aggregation error."""
+    """ReMax: an unscorable greedy completion is a baseline of 0 (documented), not a combiner error."""
     script = {0: ["1", "333"], 1: ["5", "777"]}  # the greedy completion is the first: both odd...
     even_greedy = {0: ["22", "333", "1"], 1: ["5", "777", "9"]}  # ...here prompt 0's greedy completion is even
     s = collect_settings(
-        groups=2, completions_per_group=2, greedy_baseline=True,
+        groups=2, group_size=2, greedy_baseline=True,
         rewards=[resolve_reward("faulty_rewards:none_on_even_length")],
         advantage_fn=ADVANTAGE_ESTIMATORS.get("remax"),
         advantage_params=ADVANTAGE_ESTIMATORS.validate_params("remax", {}),

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 from pydantic import ValidationError
-from tests.test_pipeline_collect import ScriptedEngine, collect_experience, make_source
-from tests.test_pipeline_collect import settings as collect_settings
+from tests.test_experience_completion_collection import ScriptedEngine, collect_experience, make_source
+from tests.test_experience_completion_collection import settings as collect_settings
 
 import grove.builtin_components  # noqa: F401
 from grove.config.env_section import EnvConfig
 from grove.config.sections import RewardConfig
 from grove.envs.actions import ParsedAction
 from grove.envs.base import EnvironmentSuite, Observation, Transition
-from grove.experience.episodes import run_episodes
+from grove.experience.episodes import EpisodeSettings, run_episodes
 from grove.experience.per_step_prompts import PerStepPrompter
 from grove.rewards.scoring import (
     RewardFunctionError,
@@ -232,7 +232,7 @@ def test_a_crashing_reward_kills_only_its_worker(fn, marker, exit_code):
 def test_a_skipped_sample_leaves_the_step_and_the_advantages_stay_finite():
     script = {0: ["1", "22", "BAD"], 1: ["333", "4", "55"]}
     only = collect_settings(
-        groups=2, completions_per_group=3, rewards=[resolve_reward("faulty_rewards:raises_on_bad", on_error="skip")]
+        groups=2, group_size=3, rewards=[resolve_reward("faulty_rewards:raises_on_bad", on_error="skip")]
     )
     exp = collect_experience(ScriptedEngine(script), make_source([0, 1]), only, torch.Generator(), step=1)
     # no other weighted reward applies to the failing sample: it is left out of the step
@@ -245,7 +245,7 @@ def test_a_skipped_sample_leaves_the_step_and_the_advantages_stay_finite():
     # with another weighted reward the sample stays, scored by that reward alone (NaN = does not apply)
     both = collect_settings(
         groups=2,
-        completions_per_group=3,
+        group_size=3,
         rewards=[
             resolve_reward("faulty_rewards:raises_on_bad", on_error="skip"),
             resolve_reward("faulty_rewards:pid", weight=0.0),  # logged only: does not make a sample scorable
@@ -292,29 +292,32 @@ def sleepy(params: dict) -> EnvironmentSuite:
                             instructions="Say anything.")
 
 
+def _go_episodes(model, tokenizer, suite, starts, timeout=None):
+    """Episodes of ``suite`` whose every action is "go", 3 turns at most, each environment call limited to
+    ``timeout`` seconds (``None``: called directly)."""
+    settings = EpisodeSettings(
+        make_env=suite.make,
+        make_prompter=lambda: PerStepPrompter(
+            tokenizer, suite.instructions, history=1, show_admissible=False, max_turns=3
+        ),
+        parse=lambda text, obs: ParsedAction("go", True),
+        sampling=SamplingParams(temperature=1.0, max_new_tokens=3),
+        max_turns=3,
+        invalid_penalty=0.1,
+        env_name="sleepy",
+        step_timeout_s=timeout,
+    )
+    return run_episodes(
+        TransformersEngine(model, tokenizer), settings, starts, group_size=2,
+        generator=torch.Generator().manual_seed(0),
+    )
+
+
 def test_a_hanging_environment_step_ends_its_trajectory_and_the_run_goes_on(policy, caplog):
     model, tokenizer = policy
-    suite = sleepy({"sleep": 30})
-
-    def play(timeout):
-        return run_episodes(
-            TransformersEngine(model, tokenizer),
-            suite.make,
-            [(0, 1), (1, 2), (5, 3)],
-            2,
-            lambda: PerStepPrompter(tokenizer, suite.instructions, history=1, show_admissible=False, max_turns=3),
-            lambda text, obs: ParsedAction("go", True),
-            SamplingParams(temperature=1.0, max_new_tokens=3),
-            torch.Generator().manual_seed(0),
-            max_turns=3,
-            invalid_penalty=0.1,
-            env_name="sleepy",
-            step_timeout_s=timeout,
-        )
-
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="grove.experience"):
-        run = play(1.0)
+        run = _go_episodes(model, tokenizer, sleepy({"sleep": 30}), [(0, 1), (1, 2), (5, 3)], timeout=1.0)
     # 2 hung resets (task 5) + 2 hung steps (task 1), each cut off after 1 s
     assert time.monotonic() - start < 15
     assert run.errors == 4
@@ -326,13 +329,8 @@ def test_a_hanging_environment_step_ends_its_trajectory_and_the_run_goes_on(poli
         assert tr.failed and not tr.turns and "reset did not return within 1 s" in tr.error
     assert "environment sleepy raised" in caplog.text
 
-    quick = sleepy({"sleep": 0.0})  # without a limit the calls are made directly, as before
-    run = run_episodes(
-        TransformersEngine(model, tokenizer), quick.make, [(1, 2)], 2,
-        lambda: PerStepPrompter(tokenizer, quick.instructions, history=1, show_admissible=False, max_turns=3),
-        lambda text, obs: ParsedAction("go", True), SamplingParams(temperature=1.0, max_new_tokens=3),
-        torch.Generator().manual_seed(0), max_turns=3, invalid_penalty=0.1,
-    )
+    # without a limit the calls are made directly
+    run = _go_episodes(model, tokenizer, sleepy({"sleep": 0.0}), [(1, 2)])
     assert run.errors == 0 and all(len(tr.turns) == 3 for tr in run.trajectories)
 
 
@@ -380,7 +378,7 @@ def test_env_step_timeout_from_the_config_reaches_the_episode_loop(policy, monke
     """`env.step_timeout_s` in a config is what the rollout loop uses (EnvironmentSource.play passes it on)."""
     import grove.experience.environment as environment
     from grove.experience import SourceContext, build_experience_source
-    from grove.resolve import load_config
+    from grove.resolve import load_config, resolve
     from grove.rollout.hf_engine import TransformersEngine
 
     model, tokenizer = policy
@@ -391,11 +389,11 @@ def test_env_step_timeout_from_the_config_reaches_the_episode_loop(policy, monke
     seen = {}
     real = environment.run_episodes
 
-    def spy(*args, **kwargs):
-        seen.update(kwargs)
-        return real(*args, **kwargs)
+    def spy(engine, settings, *args, **kwargs):
+        seen["settings"] = settings
+        return real(engine, settings, *args, **kwargs)
 
     monkeypatch.setattr(environment, "run_episodes", spy)
-    source = build_experience_source(SourceContext.for_evaluation(cfg, TransformersEngine(model, tokenizer), tokenizer))
+    source = build_experience_source(SourceContext.for_evaluation(resolve(cfg, "eval"), TransformersEngine(model, tokenizer), tokenizer))
     source.play([(0, 0)], 1, source.sampling)
-    assert seen["step_timeout_s"] == 0.5
+    assert seen["settings"].step_timeout_s == 0.5

@@ -1,6 +1,6 @@
 """A reward model trained by ``grove rm`` as the ``sequence_classifier`` reward: it reads the text the model was
 trained on (the system prompt put back), its standardised outputs come back in label units, and its heads drive a
-multi-objective run through the GDPO aggregator."""
+multi-objective run through the GDPO reward combiner."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_the_clinical_rl_example_reads_its_reward_model_as_it_was_trained(reward
     rm_cfg = load_config(root / "reward_model_clinical.yaml")
     assert cfg.rewards[0].params["system_prompt"] == cfg.rollout.system_prompt == rm_cfg.rollout.system_prompt
     assert cfg.rewards[1].id == "clinical_objectives" and cfg.rewards[1].weight == 0.0
-    assert cfg.algorithm.reward_aggregation.id == "normalize_then_sum"
+    assert cfg.algorithm.reward_combination.id == "normalize_then_sum"
 
 
 def test_a_reward_model_trained_from_python(tmp_path):

@@ -71,20 +71,20 @@ def _checked(data: dict) -> GroveConfig:
 
 def test_config_refuses_a_second_normalisation_after_gdpo():
     with pytest.raises(ValueError, match="score_as_advantage"):
-        _checked(_cfg(reward_aggregation={"id": "normalize_then_sum"}))
-    ok = _checked(_cfg(reward_aggregation={"id": "normalize_then_sum"}, advantage={"id": "score_as_advantage"}))
-    assert ok.algorithm.reward_aggregation.id == "normalize_then_sum"
-    _checked(_cfg(reward_aggregation={"id": "normalize_then_sum", "renormalize": "none"}))
-    with pytest.raises(ValueError, match="unknown reward aggregator 'gdpo'"):
-        _checked(_cfg(reward_aggregation={"id": "gdpo"}))
+        _checked(_cfg(reward_combination={"id": "normalize_then_sum"}))
+    ok = _checked(_cfg(reward_combination={"id": "normalize_then_sum"}, advantage={"id": "score_as_advantage"}))
+    assert ok.algorithm.reward_combination.id == "normalize_then_sum"
+    _checked(_cfg(reward_combination={"id": "normalize_then_sum", "renormalize": "none"}))
+    with pytest.raises(ValueError, match="unknown reward combiner 'gdpo'"):
+        _checked(_cfg(reward_combination={"id": "gdpo"}))
     with pytest.raises(ValueError, match="remax"):
-        _checked(_cfg(reward_aggregation={"id": "variance_weighted"}, advantage={"id": "remax"}))
+        _checked(_cfg(reward_combination={"id": "variance_weighted"}, advantage={"id": "remax"}))
 
 
 def test_presets_expand_to_valid_multi_objective_configs():
     for preset in ("gdpo", "gdpo_verl", "mo_grpo", "crpo"):
         cfg = load_config(None, ["rewards=[{id: 'user_rewards:two_checks'}]", f"algorithm.preset={preset}"])
-        assert cfg.algorithm.reward_aggregation.id in ("normalize_then_sum", "variance_weighted"), preset
+        assert cfg.algorithm.reward_combination.id in ("normalize_then_sum", "variance_weighted"), preset
 
 
 def test_accuracy_defaults_to_the_first_objective_and_may_name_an_objective():

@@ -11,8 +11,7 @@ import torch
 
 from grove.config import ConfigError
 from grove.infra import runtime
-from grove.resolve import load_config
-from grove.resolve.run_components import resolve_loss_components
+from grove.resolve import load_config, resolve
 
 glibc = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"),
@@ -92,8 +91,9 @@ def test_configure_runtime_sets_threads() -> None:
 def test_config_fields_validate_and_reach_the_loss_components() -> None:
     cfg = load_config("examples/arithmetic.yaml", ["train.logit_cache_mb=0", "host_allocator=system"])
     assert cfg.host_allocator == "system"
-    assert resolve_loss_components(cfg).logit_cache_bytes == 0
-    assert resolve_loss_components(load_config("examples/arithmetic.yaml", [])).logit_cache_bytes == 512 * 2**20
+    assert resolve(cfg, preflight_checks=False).components.loss.logit_cache_bytes == 0
+    arithmetic = resolve(load_config("examples/arithmetic.yaml", []), preflight_checks=False)
+    assert arithmetic.components.loss.logit_cache_bytes == 512 * 2**20
     with pytest.raises(ConfigError, match="host_allocator"):
         load_config("examples/arithmetic.yaml", ["host_allocator=tcmalloc"])
     with pytest.raises(ConfigError, match="logit_cache_mb"):

@@ -22,7 +22,7 @@ from grove.evaluation.stats import (
 )
 from grove.experience import SourceContext, build_experience_source
 from grove.models.pretrained import load_policy
-from grove.resolve import load_config
+from grove.resolve import load_config, resolve
 from grove.rewards.scoring import RewardSpec
 from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine
@@ -180,7 +180,7 @@ def test_environment_evaluation_plays_sampled_episodes_per_held_out_task(tiny_mo
 
     def run(**extra):
         cfg = _env_config(tiny_model, tmp_path / "run", **{"env.max_turns": 6, **extra})
-        return build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer)).evaluate()
+        return build_experience_source(SourceContext.for_evaluation(resolve(cfg, "eval"), engine, tokenizer)).evaluate()
 
     greedy = run()
     sampled = run(**{"eval.samples": 4, "eval.temperature": 2.0})

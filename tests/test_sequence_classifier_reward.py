@@ -1,6 +1,6 @@
 """The ``sequence_classifier`` reward on tiny random ``LlamaForSequenceClassification`` models: the numbers are
 transformers' own, heads become objectives, batching and truncation, isolation, config errors, the memory plan and
-a tiny training run with a multi-objective aggregator."""
+a tiny training run with a multi-objective reward combiner."""
 
 from __future__ import annotations
 
@@ -19,11 +19,10 @@ from typer.testing import CliRunner
 
 from grove.cli import app
 from grove.config import ConfigError
-from grove.config.derived import reward_model_bytes
 from grove.config.reward_columns import reward_column_names
 from grove.infra.memory_plan import ModelDims, RunShape, estimate_peak_bytes
 from grove.models.tiny import create_tiny_model_dir
-from grove.resolve import load_config
+from grove.resolve import load_config, resolve
 from grove.rewards.reward_model_loading import forget_loaded_models
 from grove.rewards.scoring import RewardFunctionError, compute_rewards, resolve_reward
 from grove.rewards.sequence_classifier import SequenceClassifierParams, loaded_classifier
@@ -227,7 +226,7 @@ def test_memory_plan_counts_the_reward_model_weights(rm, tmp_path):
     assert SequenceClassifierParams(model=str(rm), precision="bf16").model_bytes() == 2 * params
     policy = create_tiny_model_dir(tmp_path / "policy")
     sets = [f"model.name={policy}", f"rewards=[{{id: sequence_classifier, model: '{rm}'}}, {{id: answer_format}}]"]
-    assert reward_model_bytes(load_config(None, sets)) == 4 * params
+    assert resolve(load_config(None, sets), preflight_checks=False).reward_model_bytes == 4 * params
     args = ["config", "show", "examples/arithmetic.yaml"]
     for s in sets:
         args += ["--set", s]
@@ -237,7 +236,7 @@ def test_memory_plan_counts_the_reward_model_weights(rm, tmp_path):
     plain = CliRunner().invoke(app, ["config", "show", "examples/arithmetic.yaml", "--set", sets[0]])
     assert plain.exit_code == 0 and "reward models" not in plain.output
     m = ModelDims(num_params=1000, hidden=4, intermediate=8, layers=2, kv_dim=2, vocab=10)
-    shape = RunShape(prompt_tokens=5, max_new_tokens=3, prompts_per_step=2, completions_per_prompt=4,
+    shape = RunShape(prompt_tokens=5, max_new_tokens=3, prompts_per_step=2, group_size=4,
                      micro_batch_size=4, shared_prefix=True, reference_model=False)
     without, with_rm = estimate_peak_bytes(m, shape), estimate_peak_bytes(m, replace(shape, reward_model_bytes=123.0))
     assert with_rm["reward models (weights)"] == 123 and with_rm["total"] == without["total"] + 123

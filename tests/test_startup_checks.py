@@ -16,7 +16,7 @@ from grove.cli import app
 from grove.config import ConfigError
 from grove.core.advantages import run_estimator
 from grove.models.tiny import create_tiny_model_dir
-from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.registry import ADVANTAGE_ESTIMATORS, Requires
 from grove.resolve import load_config
 from test_advantages_group_norm import make_test_batch
 
@@ -108,12 +108,12 @@ def test_outcome_estimators_declare_groups_exactly_when_their_advantages_depend_
     lengths = [4, 3, 4, 2, 4, 1, 3, 4]
     pairs, quads = make_test_batch([0, 0, 1, 1, 2, 2, 3, 3], lengths), make_test_batch([0, 0, 0, 0, 1, 1, 1, 1], lengths)
     for entry in ADVANTAGE_ESTIMATORS:
-        if {"steps", "greedy_baseline"} & entry.requires or not entry.fn.__module__.startswith("grove."):
+        if {Requires.STEPS, Requires.GREEDY_BASELINE} & entry.requires or not entry.fn.__module__.startswith("grove."):
             continue  # grove's own outcome estimators (tests register examples of their own)
         params = entry.params(k=2) if entry.id == "passk_analytic" else entry.params()
         by_pairs = run_estimator(entry.fn, pairs, scores, params).advantages
         by_quads = run_estimator(entry.fn, quads, scores, params).advantages
-        assert (not torch.allclose(by_pairs, by_quads)) == ("groups" in entry.requires), entry.id
+        assert (not torch.allclose(by_pairs, by_quads)) == entry.needs(Requires.GROUPS), entry.id
 
 
 def test_group_estimators_with_one_completion_are_refused_and_others_accepted():

@@ -22,7 +22,6 @@ from grove.batch import RolloutBatch
 from grove.config import ConfigError
 from grove.core.selection import keep_count, select_tokens, token_scores
 from grove.pipeline import update as update_module
-from grove.pipeline.downsampling import TokenSelection
 from grove.pipeline.token_details import (
     TokenDetailsRecorder,
     chosen_rows,
@@ -30,13 +29,13 @@ from grove.pipeline.token_details import (
     round_significant,
     token_entropy,
 )
-from grove.pipeline.update import Coefficients, LossComponents, UpdateSchedule, policy_update
-from grove.pipeline.update_totals import TrainedTokens
+from grove.pipeline.token_selection import TopScoreTokens
+from grove.pipeline.update import Coefficients, LossComponents, PolicyUpdate, UpdateSchedule
+from grove.pipeline.update_seam import UpdateContext
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES
 from grove.resolve import load_config
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
-from grove.training import trainer as trainer_module
 from grove.training.trainer import Trainer
 
 sys.path.insert(0, str(TESTS))  # the tiny runs' user reward (tests/user_rewards.py)
@@ -121,12 +120,11 @@ def batch(policy) -> RolloutBatch:
     )
 
 
-def _parts(scope: str | None = None, skip: bool = False, temperature: float = 1.0) -> LossComponents:
+def _parts(skip: bool = False, temperature: float = 1.0) -> LossComponents:
     return LossComponents(
         policy_loss=POLICY_LOSSES.get("ppo_clip"), policy_params=POLICY_LOSSES.validate_params("ppo_clip", {}),
         loss_aggregation=LOSS_AGGREGATIONS.get("token_mean"), kl_estimator=None, temperature=temperature,
         max_response_length=8, forward="packed", skip_zero_advantage=skip,
-        token_selection=TokenSelection(scope) if scope else None,
     )
 
 
@@ -176,8 +174,7 @@ def test_the_entropy_pass_compiles_nothing_where_the_layers_are_compiled(policy,
 def test_records_hold_the_batch_values_and_the_entropy_of_the_logits(policy, batch):
     model, tokenizer = policy
     details, written = _capture(model, tokenizer, batch, _parts(temperature=0.7), max_samples=7)
-    assert details.trained_tokens is None  # token selection off
-    metrics = details.write()
+    metrics = details.write(None)  # every loss token trained on
     assert metrics["token_details_seconds"] > 0
     (records_,) = written
     assert [r["row"] for r in records_] == [0, 1, 2, 3, 4, 5]  # two whole groups of 3 (7 rows would split the third)
@@ -227,13 +224,13 @@ def _observed_update_masks(monkeypatch) -> dict[int, torch.Tensor]:
     return seen
 
 
-def _update(model, batch, parts, trained_tokens, ratio=0.5, micro=4, epochs=1):
+def _update(model, batch, parts, scope, ratio=0.5, micro=4, epochs=1):
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    update = PolicyUpdate(UpdateContext(model, opt, sched), parts, UpdateSchedule(epochs, 1, micro, 1.0))
     try:
-        return policy_update(model, opt, sched, batch, parts, UpdateSchedule(epochs, 1, micro, 1.0), torch.Generator(),
-                             Coefficients(token_keep_ratio=ratio), None, trained_tokens)
+        return update.step(batch, Coefficients(), TopScoreTokens(scope, ratio))
     finally:
         model.load_state_dict(initial)
 
@@ -244,13 +241,13 @@ def test_kept_is_the_mask_the_update_trained_on(policy, batch, monkeypatch, scop
     ``kept`` is what the update's loss used, for the recorded rows only, whatever their place in the micro-batches
     (two epochs: the first epoch's mask). Within a completion it is also ``select_tokens`` on |A|·H."""
     model, tokenizer = policy
-    parts = _parts(scope)
+    parts = _parts()
     details, written = _capture(model, tokenizer, batch, parts, max_samples=6)
     seen = _observed_update_masks(monkeypatch)
-    _update(model, batch, parts, details.trained_tokens, micro=4, epochs=2)
-    details.write()
+    outcome = _update(model, batch, parts, scope, micro=4, epochs=2)
+    details.write(outcome.trained_mask)
     (records_,) = written
-    assert details.trained_tokens.filled and sorted(seen) == list(range(100, 109))
+    assert outcome.trained_mask is not None and sorted(seen) == list(range(100, 109))
     for rec in records_:
         observed = seen[100 + rec["row"]]
         assert rec["kept"] == observed[: _width(rec)].int().tolist()
@@ -260,18 +257,19 @@ def test_kept_is_the_mask_the_update_trained_on(policy, batch, monkeypatch, scop
         rows = details.rows
         expected = select_tokens(token_scores(batch.advantages[rows], details.entropy), batch.loss_mask[rows].float(),
                                  0.5, scope="sequence")
-        assert torch.equal(details.trained_tokens.mask, expected)
+        assert torch.equal(outcome.trained_mask[rows], expected)
 
 
 def test_kept_of_samples_left_out_for_lack_of_signal(policy, batch, monkeypatch):
     """``train.skip_zero_advantage`` leaves the first group (all advantages zero) out of the forward; its kept tokens
     are those its selection counts in the loss: every score is zero, so each row's first ⌈ratio·n⌉ tokens."""
     model, tokenizer = policy
-    parts = _parts("sequence", skip=True)
+    parts = _parts(skip=True)
     details, written = _capture(model, tokenizer, batch, parts, max_samples=6)
     seen = _observed_update_masks(monkeypatch)
-    metrics = _update(model, batch, parts, details.trained_tokens)
-    details.write()
+    outcome = _update(model, batch, parts, "sequence")
+    details.write(outcome.trained_mask)
+    metrics = outcome.metrics
     assert metrics["zero_advantage_samples_skipped"] == 3 and not {100, 101, 102} & set(seen)
     for rec in written[0]:
         if rec["row"] < 3:
@@ -281,11 +279,11 @@ def test_kept_of_samples_left_out_for_lack_of_signal(policy, batch, monkeypatch)
             assert rec["kept"] == seen[100 + rec["row"]][: _width(rec)].int().tolist()
 
 
-def test_trained_tokens_stay_unfilled_when_the_update_does_not_run(policy, batch):
+def test_kept_is_null_when_no_update_reports_a_mask(policy, batch):
+    """A step whose update did not run (a non-finite advantage skips it) has no trained mask: ``kept`` is null."""
     model, tokenizer = policy
-    details, written = _capture(model, tokenizer, batch, _parts("batch"))
-    assert isinstance(details.trained_tokens, TrainedTokens) and not details.trained_tokens.filled
-    details.write()
+    details, written = _capture(model, tokenizer, batch, _parts())
+    details.write(None)
     assert all(r["kept"] is None for r in written[0])
 
 
@@ -304,15 +302,15 @@ def _read(path: Path) -> list[dict]:
 
 
 def _updated_batches(monkeypatch) -> dict[int, RolloutBatch]:
-    """The batch each step's update trained on, by step (the trainer's call of policy_update observed)."""
+    """The batch each step's update trained on, by step (the trainer's calls of the policy update observed)."""
     batches: dict[int, RolloutBatch] = {}
-    original = trainer_module.policy_update
+    original = PolicyUpdate.step
 
-    def observing(*args, **kwargs):
-        batches[len(batches) + 1] = args[3]
-        return original(*args, **kwargs)
+    def observing(self, batch, *args, **kwargs):
+        batches[len(batches) + 1] = batch
+        return original(self, batch, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "policy_update", observing)
+    monkeypatch.setattr(PolicyUpdate, "step", observing)
     return batches
 
 

@@ -248,7 +248,7 @@ def test_user_reward_by_import_path_and_crashing_reward(tiny_model, tmp_path, mo
     bad = tmp_path / "bad"
     rewards = "[{id: answer_match, extract: last_number}, {id: 'user_rewards:explodes_on_bad'}]"
     args = base_overrides(tiny_model, bad, **{"train.steps": 1, "rewards": rewards})
-    monkeypatch.setattr("grove.pipeline.collect.compute_rewards", _force_bad_completion)
+    monkeypatch.setattr("grove.experience.completion_collection.compute_rewards", _force_bad_completion)
     result = run_cli(["train", "examples/arithmetic.yaml", *args])
     assert result.exit_code == 2 and "Traceback" not in result.output  # an error message, not a traceback
     msg = " ".join(result.output.split())
@@ -358,9 +358,9 @@ def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path, monkeyp
     while the update runs."""
     import torch
 
+    from grove.pipeline.update import PolicyUpdate
     from grove.resolve import load_config
     from grove.rollout.prepacked_linear import prepacking_supported
-    from grove.training import trainer as trainer_module
     from grove.training.trainer import Trainer
 
     out = tmp_path / "run"
@@ -374,13 +374,13 @@ def test_bf16_generation_weights_follow_the_policy(tiny_model, tmp_path, monkeyp
         for p in trainer.model.parameters():
             p.add_(0.05)
     sizes_during_update = []
-    update = trainer_module.policy_update
+    update = PolicyUpdate.step
 
     def spy(*args, **kwargs):  # the copy is released while the update runs
         sizes_during_update.append(sum(p.numel() for p in copy_model.parameters()))
         return update(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "policy_update", spy)
+    monkeypatch.setattr(PolicyUpdate, "step", spy)
     trainer.step = 1
     metrics = trainer.train_step()
     assert sizes_during_update == [0]
@@ -460,13 +460,13 @@ def test_activation_checkpointing_is_switched_by_the_config_and_back(tiny_model,
     """train.activation_checkpointing reaches the policy (so the test below compares two different runs), and
     ``set_activation_checkpointing`` (which benchmarks/micro_batch_size.py toggles) switches it both ways."""
     from grove.distributed.world import World
-    from grove.resolve import load_config
+    from grove.resolve import ModelNeeds, load_config
     from grove.training.policy_models import build_policy_models, set_activation_checkpointing
 
     for flag in (False, True):
         cfg = load_config("examples/arithmetic.yaml", [f"model.name={tiny_model}", f"output_dir={tmp_path}",
                                                        f"train.activation_checkpointing={str(flag).lower()}"])
-        models = build_policy_models(cfg, World(), None)
+        models = build_policy_models(cfg, World(), None, ModelNeeds())
         assert _checkpointing(models.causal_lm) is flag
     set_activation_checkpointing(models.causal_lm, False)
     assert not _checkpointing(models.causal_lm)

@@ -13,22 +13,22 @@ import pytest
 import torch
 
 from grove.batch import RolloutBatch
-from grove.config.derived import zero_advantage_skip_blocker
 from grove.core.losses import PolicyLossInput, PolicyLossOutput
 from grove.core.losses.ppo_clip import PPOClipParams, ppo_clip
 from grove.distributed.strategies import Strategy
 from grove.distributed.world import World
-from grove.pipeline.downsampling import TokenSelection
+from grove.pipeline.loss_token_filter import EVERY_LOSS_TOKEN
 from grove.pipeline.micro_batches import samples_with_signal
+from grove.pipeline.token_selection import TopScoreTokens
 from grove.pipeline.update import (
     Coefficients,
     LossComponents,
+    PolicyUpdate,
     UpdateSchedule,
-    policy_update,
 )
+from grove.pipeline.update_seam import UpdateContext
 from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
-from grove.resolve import load_config
-from grove.resolve.run_components import resolve_loss_components
+from grove.resolve import load_config, resolve
 from grove.rollout.engine import SamplingParams, encode_prompts
 from grove.rollout.hf_engine import TransformersEngine
 
@@ -78,18 +78,16 @@ def _parts(loss: str, aggregation: str, skip: bool) -> LossComponents:
 
 
 def _train(model, batches: list[RolloutBatch], parts: LossComponents, micro: int = 2, strategy=None,
-           coefs: Coefficients | None = None):
+           coefs: Coefficients | None = None, tokens=EVERY_LOSS_TOKEN):
     """AdamW steps (weight decay on) from the model's current weights, one per batch; returns the weights after
     them and each step's metrics; the model is restored. AdamW's ``eps`` is large so that its update stays smooth in
     the gradient: with ``1e-8`` a gradient element that is zero up to rounding becomes a ±lr step either way."""
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, eps=1e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    metrics = [
-        policy_update(model, opt, sched, b, parts, UpdateSchedule(1, 1, micro, 1.0), torch.Generator(),
-                      coefs or Coefficients(), strategy)
-        for b in batches
-    ]
+    context = UpdateContext(model, opt, sched, strategy or Strategy("none", World()))
+    update = PolicyUpdate(context, parts, UpdateSchedule(1, 1, micro, 1.0))
+    metrics = [update.step(b, coefs or Coefficients(), tokens).metrics for b in batches]
     after = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(initial)
     return after, metrics
@@ -125,10 +123,10 @@ def test_the_skip_under_per_completion_token_selection_changes_no_update(policy,
     """D^3S token selection within each completion: a left-out sample's kept tokens still count in the loss scale
     and in the gradient-token count, with a zero gradient; the kept fraction is over every sample's tokens."""
     model, _ = policy
-    coefs = Coefficients(token_keep_ratio=0.5)
-    parts = dataclasses.replace(_parts("ppo_clip", aggregation, skip=False), token_selection=TokenSelection("sequence"))
-    computed = _train(model, [batch], parts, coefs=coefs)
-    skipped = _train(model, [batch], dataclasses.replace(parts, skip_zero_advantage=True), coefs=coefs)
+    tokens = TopScoreTokens("sequence", 0.5)
+    parts = _parts("ppo_clip", aggregation, skip=False)
+    computed = _train(model, [batch], parts, tokens=tokens)
+    skipped = _train(model, [batch], dataclasses.replace(parts, skip_zero_advantage=True), tokens=tokens)
     _assert_same_update(skipped, computed)
     assert skipped[1][0]["zero_advantage_samples_skipped"] == 4 and computed[1][0]["zero_advantage_samples_skipped"] == 0
     assert skipped[1][0]["trained_tokens"] < computed[1][0]["trained_tokens"]
@@ -137,8 +135,9 @@ def test_the_skip_under_per_completion_token_selection_changes_no_update(policy,
     frac = kept / float(batch.loss_mask.sum())
     assert computed[1][0]["selection/kept_tokens_frac"] == pytest.approx(frac)
     assert skipped[1][0]["selection/kept_tokens_frac"] == pytest.approx(frac)
-    across = dataclasses.replace(parts, skip_zero_advantage=True, token_selection=TokenSelection("micro_batch"))
-    assert _train(model, [batch], across, coefs=coefs)[1][0]["zero_advantage_samples_skipped"] == 0  # ranks them together
+    across = TopScoreTokens("micro_batch", 0.5)  # ranks them together
+    skipping = dataclasses.replace(parts, skip_zero_advantage=True)
+    assert _train(model, [batch], skipping, tokens=across)[1][0]["zero_advantage_samples_skipped"] == 0
 
 
 def test_the_skipped_samples_are_not_computed(policy, batch):
@@ -184,9 +183,13 @@ def test_a_rank_without_signal_runs_the_other_ranks_micro_batch_count_with_weigh
     assert metrics[0]["grad_norm"] == 0.0 and metrics[0]["trained_tokens"] == 0
 
 
+def _plan(overrides, path=None):
+    return resolve(load_config(path, overrides), preflight_checks=False)
+
+
 def test_the_skip_applies_only_where_it_is_exact():
-    assert zero_advantage_skip_blocker(load_config(None, [])) is None
-    assert resolve_loss_components(load_config(None, [])).skip_zero_advantage
+    default = _plan([])
+    assert default.skip_zero_advantage_blocker is None and default.components.loss.skip_zero_advantage
     assert set(SKIPPABLE_LOSSES) - {"test_rows_seen_loss"} == {"ppo_clip", "gspo", "gmpo", "cispo", "sapo", "reinforce"}
     assert set(SKIPPABLE_AGGREGATIONS) == {"token_mean", "seq_mean_token_sum", "seq_mean_token_mean",
                                            "seq_mean_token_sum_norm"}
@@ -201,13 +204,13 @@ def test_the_skip_applies_only_where_it_is_exact():
         (["selection={tokens: {scope: micro_batch, ratio: 0.5}}"], "selection.tokens.scope"),
         (["selection={tokens: {scope: batch, ratio: 0.5}}"], "selection.tokens.scope"),
     ):
-        cfg = load_config(None, overrides)
-        assert reason in (zero_advantage_skip_blocker(cfg) or ""), overrides
-        assert not resolve_loss_components(cfg).skip_zero_advantage
-    assert zero_advantage_skip_blocker(load_config(None, ["algorithm.kl={coef: 0.1, placement: reward}"])) is None
+        plan = _plan(overrides)
+        assert reason in (plan.skip_zero_advantage_blocker or ""), overrides
+        assert not plan.components.loss.skip_zero_advantage
+    assert _plan(["algorithm.kl={coef: 0.1, placement: reward}"]).skip_zero_advantage_blocker is None
     # D^3S as examples/arithmetic.yaml runs it (no KL in the loss, tokens ranked within each completion)
-    d3s = load_config("examples/arithmetic.yaml", ["selection={tokens: {scope: sequence, ratio: 0.5}}"])
-    assert zero_advantage_skip_blocker(d3s) is None and resolve_loss_components(d3s).skip_zero_advantage
+    d3s = _plan(["selection={tokens: {scope: sequence, ratio: 0.5}}"], "examples/arithmetic.yaml")
+    assert d3s.skip_zero_advantage_blocker is None and d3s.components.loss.skip_zero_advantage
 
 
 def test_config_show_says_whether_the_skip_applies():

@@ -19,7 +19,7 @@ Layout (the same as generation, so log-probs line up exactly):
 * every per-token tensor is ``[N, R]`` aligned with ``response_ids``;
 * ``rewards`` ``[N, K]`` is the named reward matrix (one column per objective, ``reward_names``; NaN where an
   objective does not apply to a sample) and ``reward_weights`` its ``K`` weights: the objectives travel
-  separately to the reward-aggregation stage (:mod:`grove.core.objectives`) and the metrics.
+  separately to the reward-combination stage (:mod:`grove.core.objectives`) and the metrics.
 
 Agent experience adds a :class:`grove.step_table.StepTable`: one row per environment step (an action the policy took),
 with its trajectory, group, turn number, anchor state, reward, penalty and terminal flag, and the

@@ -1,7 +1,7 @@
 """Registries: decorator-based lookup of components by an unambiguous id.
 
 Every pluggable piece of grove (advantage estimators, policy losses, loss aggregations, KL
-estimators, reward functions, reward aggregators, environments, rollout engines, ...) lives in a :class:`Registry`. A component registers itself with a
+estimators, reward functions, reward combiners, environments, rollout engines, ...) lives in a :class:`Registry`. A component registers itself with a
 decorator and, optionally, a pydantic model describing its parameters; the YAML config then
 selects it by id and its parameters are validated against that model. Adding a component is
 therefore one new file and needs no trainer edit.
@@ -9,6 +9,7 @@ therefore one new file and needs no trainer edit.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -24,6 +25,35 @@ class NoParams(BaseModel):
     """Parameter model of a component that takes no parameters."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Requires(enum.Enum):
+    """An input a component needs beyond a plain rollout, declared when it registers (``requires=``); the pipeline
+    provides it when the component is selected, and the front door refuses a config that cannot.
+
+    * ``GROUPS``: several samples per prompt, for a component that compares each sample with the others of its group
+      (the config refuses an estimator with it when ``train.completions_per_prompt`` is 1);
+    * ``STEPS``: the environment step table ``RolloutBatch.steps`` (agent experience only);
+    * ``GREEDY_BASELINE``: one greedy completion per prompt, scored, in ``RolloutBatch.baseline_scores``;
+    * ``REFERENCE_LOGPROBS``: the reference policy's log-probs, so a reference model is loaded even with
+      ``kl.coef: 0``.
+    """
+
+    GROUPS = "groups"
+    STEPS = "steps"
+    GREEDY_BASELINE = "greedy_baseline"
+    REFERENCE_LOGPROBS = "reference_logprobs"
+
+
+def _requirements(kind: str, id: str, requires: Sequence[Requires]) -> frozenset[Requires]:
+    """``requires`` as a set, each one a :class:`Requires`."""
+    wrong = [r for r in requires if not isinstance(r, Requires)]
+    if wrong:
+        raise TypeError(
+            f"{kind} {id!r}: requires= takes grove.registry.Requires members ({', '.join(r.name for r in Requires)}), "
+            f"got {wrong!r}"
+        )
+    return frozenset(requires)
 
 
 # ---- what a component's parameter model may declare beyond its fields (found once, when the component registers)
@@ -51,14 +81,14 @@ class NeedsLargerGroups(Protocol):
 
 @runtime_checkable
 class NamesObjectives(Protocol):
-    """An aggregator whose parameters name objectives, which must exist in the run (``gated``)."""
+    """A reward combiner whose parameters name objectives, which must exist in the run (``gated``)."""
 
     def check_objectives(self, names: Sequence[str]) -> None: ...
 
 
 @runtime_checkable
 class MayProduceAdvantages(Protocol):
-    """An aggregator that, with some parameters, returns advantages rather than scores (GDPO's renormalisation)."""
+    """A reward combiner that, with some parameters, returns advantages rather than scores (GDPO's renormalisation)."""
 
     def produces_advantages(self) -> bool: ...
 
@@ -91,7 +121,7 @@ class Entry(Generic[T]):
     params: type[BaseModel]
     paper: str
     summary: str
-    requires: frozenset[str] = frozenset()
+    requires: frozenset[Requires] = frozenset()
     formula: str = ""
     reference: str = ""
     zero_advantage_rows_skippable: bool = False
@@ -102,6 +132,10 @@ class Entry(Generic[T]):
     def declares(self, capability: type) -> bool:
         """Whether the parameter model declares ``capability`` (one of :data:`PARAMETER_CAPABILITIES`)."""
         return capability in self.capabilities
+
+    def needs(self, requirement: Requires) -> bool:
+        """Whether the component declared ``requirement`` when it registered."""
+        return requirement in self.requires
 
 
 class UnknownComponentError(KeyError):
@@ -130,7 +164,7 @@ class Declaration:
     install: str = ""  # the command that installs them, when not just pip install 'grove[extra]'
     summary: str = ""
     paper: str = ""
-    requires: tuple[str, ...] = ()
+    requires: tuple[Requires, ...] = ()
     formula: str = ""
     reference: str = ""
 
@@ -145,7 +179,7 @@ class Registry(Generic[T]):
 
     def declare(
         self, id: str, *, module: str, extra: str, needs: tuple[str, ...] = (), install: str = "", summary: str = "",
-        paper: str = "", requires: tuple[str, ...] = (), formula: str = "", reference: str = "",
+        paper: str = "", requires: tuple[Requires, ...] = (), formula: str = "", reference: str = "",
     ) -> None:
         """Declare a component registered by ``module`` when it is imported (see :class:`Declaration`): listed with
         the other ids, imported by the first :meth:`entry`, :meth:`get` or :meth:`validate_params` of ``id``. The
@@ -153,8 +187,8 @@ class Registry(Generic[T]):
         formula, reference)."""
         if id in self._declared:
             raise ValueError(f"{self.kind} id {id!r} is already declared")
-        declared = Declaration(id, module, extra, tuple(needs), install, summary, paper, tuple(requires), formula,
-                               reference)
+        declared = Declaration(id, module, extra, tuple(needs), install, summary, paper,
+                               tuple(_requirements(self.kind, id, requires)), formula, reference)
         self._declared[id] = declared
         registered = self._entries.get(id)
         if registered is not None:  # its module was imported first (directly): the declaration documents it now
@@ -205,7 +239,7 @@ class Registry(Generic[T]):
         params: type[BaseModel] = NoParams,
         paper: str = "",
         summary: str = "",
-        requires: tuple[str, ...] = (),
+        requires: tuple[Requires, ...] = (),
         formula: str = "",
         reference: str = "",
         zero_advantage_rows_skippable: bool = False,
@@ -213,14 +247,8 @@ class Registry(Generic[T]):
     ) -> Callable[[T], T]:
         """Decorator registering ``fn`` under ``id``. Ids are lowercase ``[a-z0-9_]`` and unique.
 
-        ``requires`` names inputs the component needs beyond a plain rollout (e.g.
-        ``"greedy_baseline"``: one greedy completion per prompt, scored, in
-        ``RolloutBatch.baseline_scores``; ``"steps"``: the environment step table ``RolloutBatch.steps``
-        (agent experience only); ``"ref_logprobs"``: the reference policy's log-probs, so a
-        reference model is loaded even with ``kl.coef: 0``; ``"groups"``: several samples per prompt, for a
-        component that compares each sample with the others of its group — the config refuses an advantage
-        estimator with it when ``train.completions_per_prompt`` is 1); the pipeline provides them when the
-        component is selected. ``formula`` (one line) and ``reference`` (the implementation whose
+        ``requires``: the inputs the component needs beyond a plain rollout (:class:`Requires`); the pipeline
+        provides them when the component is selected. ``formula`` (one line) and ``reference`` (the implementation whose
         numbers it matches) document the component in the generated tables.
 
         ``zero_advantage_rows_skippable`` (policy losses and loss aggregations): a sample whose advantages are all
@@ -236,13 +264,14 @@ class Registry(Generic[T]):
         """
         if not id or id != id.lower() or not id.replace("_", "").isalnum():
             raise ValueError(f"{self.kind} id {id!r} must be lowercase letters, digits and '_'")
+        required = _requirements(self.kind, id, requires)
 
         def decorator(fn: T) -> T:
             if id in self._entries and self._entries[id].fn is not fn:
                 raise ValueError(f"{self.kind} id {id!r} is already registered")
             doc = (fn.__doc__ or "").strip().splitlines()
             entry = Entry(
-                id, fn, params, paper, summary or (doc[0] if doc else ""), frozenset(requires), formula, reference,
+                id, fn, params, paper, summary or (doc[0] if doc else ""), required, formula, reference,
                 zero_advantage_rows_skippable, frozenset(c for c in PARAMETER_CAPABILITIES if issubclass(params, c)),
                 frozenset(step_columns),
             )
@@ -336,7 +365,7 @@ POLICY_LOSSES: Registry = Registry("policy loss")
 LOSS_AGGREGATIONS: Registry = Registry("loss aggregation")
 KL_ESTIMATORS: Registry = Registry("KL estimator")
 REWARD_FUNCTIONS: Registry = Registry("reward function")
-REWARD_AGGREGATORS: Registry = Registry("reward aggregator")
+REWARD_COMBINERS: Registry = Registry("reward combiner")
 ENVIRONMENTS: Registry = Registry("environment")
 ACTION_PARSERS: Registry = Registry("action parser")
 EXPERIENCE_SOURCES: Registry = Registry("experience source")

@@ -26,7 +26,7 @@ from torch import nn
 
 from grove.config import ConfigError
 from grove.config.sections import RolloutConfig
-from grove.registry import ROLLOUT_ENGINES
+from grove.registry import ROLLOUT_ENGINES, Entry
 from grove.rollout.decoder_spec import DecoderSpec, UnsupportedDecoder
 from grove.rollout.engine import RolloutEngine
 
@@ -98,6 +98,10 @@ def engine_choice(engine: str, model: nn.Module, device: torch.device | None = N
     return "static_cache", None
 
 
-def build_rollout_engine(rollout: RolloutConfig, model: nn.Module, tokenizer: Any) -> RolloutEngine:
-    """The engine ``rollout.engine`` names, for ``model`` and ``tokenizer``."""
-    return ROLLOUT_ENGINES.get(rollout.engine)(model, tokenizer, rollout)
+def build_rollout_engine(
+    rollout: RolloutConfig, model: nn.Module, tokenizer: Any, entry: Entry | None = None
+) -> RolloutEngine:
+    """The engine ``rollout.engine`` names, for ``model`` and ``tokenizer``; ``entry``: its registry entry, where the
+    front door looked it up (:class:`grove.resolve.RunPlan`)."""
+    builder = entry.fn if entry is not None else ROLLOUT_ENGINES.get(rollout.engine)
+    return builder(model, tokenizer, rollout)

@@ -1,9 +1,9 @@
 """A run's config built in Python: from a YAML file, a dict or a config, with keyword sections, ``--set``-style
 overrides, and the Python objects a notebook holds (reward functions, an environment factory, in-memory data).
 
-Everything ends in the same validation as ``grove train CONFIG --set ...`` (the schema, the preset, every
-component and what it requires: :func:`grove.resolve.check_config`), so a mistake is the same
-:class:`grove.config.ConfigError` naming the key. Python objects become references a config can hold
+Everything ends in the same validation as ``grove train CONFIG --set ...`` (the schema, the preset, then the front
+door, :func:`grove.resolve.resolve`: every component, what it requires, the user's code and the model's files), so a
+mistake is the same :class:`grove.config.ConfigError` naming the key. Python objects become references a config can hold
 (:mod:`grove.python_objects`): an import path where the object has one, else ``python:<name>``; in-memory rows
 become the run directory's own data files (:mod:`grove.api.in_memory_data`), written once the config has passed
 every check, so that a refused call writes nothing.
@@ -15,11 +15,14 @@ import copy
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grove.api.in_memory_data import RowsFile, rows_file
 from grove.config import ConfigError, GroveConfig, apply_overrides, config_from_data, read_config_data
 from grove.python_objects import reference_for
+
+if TYPE_CHECKING:
+    from grove.resolve import RunKind, RunPlan
 
 __all__ = ["ConfigSource", "checked_config", "config_data", "make_config"]
 
@@ -189,25 +192,43 @@ def config_data(
 def checked_config(
     source: ConfigSource = None,
     *,
+    kind: RunKind = "train",
     overrides: Sequence[str] | None = None,
     rewards: Sequence[Callable[..., Any] | str | Mapping[str, Any]] | None = None,
     train_dataset: Any = None,
     eval_dataset: Any = None,
     env: Callable[..., Any] | str | Mapping[str, Any] | None = None,
     **sections: Any,
-) -> tuple[GroveConfig, list[RowsFile]]:
-    """The config :func:`make_config` returns, with the files of its in-memory rows still to write (a caller with
-    checks of its own writes them after those)."""
-    from grove.resolve import check_config  # registers every component (imports torch)
-    from grove.training.preflight import preflight
+) -> tuple[RunPlan, list[RowsFile]]:
+    """The config :func:`make_config` builds, resolved for a run of ``kind`` by the front door
+    (:func:`grove.resolve.resolve`), with the files of its in-memory rows still to write (a caller with checks of its
+    own writes them after those)."""
+    from grove.resolve import resolve  # registers every component (imports torch)
 
     data, files = config_data(
         source, overrides=overrides, rewards=rewards, train_dataset=train_dataset, eval_dataset=eval_dataset,
         env=env, **sections,
     )
-    cfg = check_config(config_from_data(data))
-    preflight(cfg)  # the rewards and environment factory resolve, the model and its LoRA targets exist
-    return cfg, files
+    cfg = config_from_data(data)
+    _check_kind_section(cfg, kind)
+    # the schema, every component, the rewards and environment factory, the model and its LoRA targets
+    return resolve(cfg, kind), files
+
+
+#: the section ``kind="sft"`` and ``kind="rm"`` train on, with an example and the page that describes it
+_SECTIONS = {
+    "sft": ("{'data': ['demos.jsonl']}", "docs/warm-start.md"),
+    "rm": ("{'data': ['pairs.jsonl'], 'objective': 'bradley_terry'}", "docs/reward-model-training.md"),
+}
+
+
+def _check_kind_section(cfg: GroveConfig, kind: str) -> None:
+    """``kind="sft"`` and ``kind="rm"`` train on the data of the config's section of that name."""
+    if kind in _SECTIONS and getattr(cfg, kind) is None:
+        example, page = _SECTIONS[kind]
+        raise ConfigError(
+            f"kind={kind!r} needs the config's `{kind}` section naming its data, e.g. {kind}={example} ({page})"
+        )
 
 
 def make_config(
@@ -221,7 +242,7 @@ def make_config(
     **sections: Any,
 ) -> GroveConfig:
     """A validated run config, checked as ``grove train`` checks one before loading the model (the schema, every
-    component, and what only resolving user code shows: :func:`grove.training.preflight.preflight`).
+    component, and what only resolving user code shows: :func:`grove.resolve.resolve`).
 
     Args:
         source: a YAML file, the dict such a file holds, or a :class:`~grove.config.GroveConfig`; ``None``: the
@@ -248,10 +269,10 @@ def make_config(
     Raises:
         grove.config.ConfigError: a problem with the config, naming the key and the fix.
     """
-    cfg, files = checked_config(
+    plan, files = checked_config(
         source, overrides=overrides, rewards=rewards, train_dataset=train_dataset, eval_dataset=eval_dataset,
         env=env, **sections,
     )
     for rows in files:
         rows.write()
-    return cfg
+    return plan.cfg

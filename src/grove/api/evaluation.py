@@ -20,6 +20,7 @@ from grove.config import ConfigError
 if TYPE_CHECKING:
     from grove.config import GroveConfig
     from grove.evaluation.evaluate import EvalResult
+    from grove.resolve import RunPlan
 
 __all__ = ["evaluate", "evaluate_loaded", "load_model"]
 
@@ -53,13 +54,16 @@ def load_model(cfg: GroveConfig, model: str | None, loaded: dict[str, tuple]) ->
     return name, loaded[name]
 
 
-def evaluate_loaded(cfg: GroveConfig, policy: Any, tokenizer: Any) -> EvalResult:
-    """The held-out evaluation of ``cfg`` (its task and rewards, or its environment) with a loaded policy."""
+def evaluate_loaded(config: GroveConfig | RunPlan, policy: Any, tokenizer: Any) -> EvalResult:
+    """The held-out evaluation of ``config`` (its task and rewards, or its environment) with a loaded policy; a
+    config is resolved for evaluation by the front door first (:func:`grove.resolve.resolve`)."""
     from grove.experience import SourceContext, build_experience_source
+    from grove.resolve import RunPlan, resolve
     from grove.rollout_engines import build_rollout_engine
 
-    engine = build_rollout_engine(cfg.rollout, policy, tokenizer)
-    return build_experience_source(SourceContext.for_evaluation(cfg, engine, tokenizer)).evaluate()
+    plan = config if isinstance(config, RunPlan) else resolve(config, "eval")
+    engine = build_rollout_engine(plan.cfg.rollout, policy, tokenizer, plan.entries.rollout_engine)
+    return build_experience_source(SourceContext.for_evaluation(plan, engine, tokenizer)).evaluate()
 
 
 def evaluate(
@@ -99,7 +103,7 @@ def evaluate(
             missing or corrupt model), naming it.
     """
     from grove.config import config_from_data
-    from grove.resolve import check_config
+    from grove.resolve import resolve
 
     if isinstance(model, Mapping):
         sections["model"], model = model, None
@@ -123,8 +127,8 @@ def evaluate(
             config, overrides=overrides, rewards=rewards, train_dataset=eval_dataset, eval_dataset=eval_dataset,
             env=env, **sections,
         )
-        cfg = check_config(config_from_data(data))
+        plan = resolve(config_from_data(data), "eval")  # the config's mistakes before anything is written or loaded
         for rows in files:  # into the scratch directory
             rows.write()
-        _name, (policy, tokenizer) = load_model(cfg, None if model is None else os.fspath(model), {})
-        return evaluate_loaded(cfg, policy, tokenizer)
+        _name, (policy, tokenizer) = load_model(plan.cfg, None if model is None else os.fspath(model), {})
+        return evaluate_loaded(plan, policy, tokenizer)

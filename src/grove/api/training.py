@@ -64,22 +64,6 @@ def _check_arguments(kind: Any, resume: Any, plots: Any) -> None:
             raise ConfigError(f"{exc}; or pass plots=None to draw them where it is installed") from None
 
 
-#: the section ``kind`` trains from, by kind: an example and the page describing it
-_SECTIONS = {
-    "sft": ("{'data': ['demos.jsonl']}", "docs/warm-start.md"),
-    "rm": ("{'data': ['pairs.jsonl'], 'objective': 'bradley_terry'}", "docs/reward-model-training.md"),
-}
-
-
-def _check_kind_section(cfg: GroveConfig, kind: str) -> None:
-    """``kind="sft"`` and ``kind="rm"`` train on the data of the config's section of that name."""
-    if kind in _SECTIONS and getattr(cfg, kind) is None:
-        example, page = _SECTIONS[kind]
-        raise ConfigError(
-            f"kind={kind!r} needs the config's `{kind}` section naming its data, e.g. {kind}={example} ({page})"
-        )
-
-
 @contextlib.contextmanager
 def _quiet(logger: str) -> Iterator[None]:
     """``logger``'s records dropped: a check run twice warns once (when the trainer runs it)."""
@@ -184,18 +168,18 @@ def train(
     """
     _check_arguments(kind, resume, plots)
     with library_progress_bars_off():
-        cfg, files = checked_config(
-            config, overrides=overrides, rewards=rewards, train_dataset=train_dataset, eval_dataset=eval_dataset,
-            env=env, **sections,
+        plan, files = checked_config(
+            config, kind=kind, overrides=overrides, rewards=rewards, train_dataset=train_dataset,
+            eval_dataset=eval_dataset, env=env, **sections,
         )
         from grove.training.trainer import Trainer
 
+        cfg = plan.cfg
         run_dir = Path(cfg.output_dir)
-        _check_kind_section(cfg, kind)
         _check_run_dir(cfg, run_dir, resume, files)
         for rows in files:
             rows.write()
-        trainer = Trainer(cfg, run_dir, resume=resume, kind=kind)
+        trainer = Trainer(plan, run_dir, resume=resume)
         if trainer.resume_from is not None:
             log.info("resuming %s from %s", run_dir, trainer.resume_from.name)
         summary = trainer.run()

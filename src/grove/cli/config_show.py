@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from grove.cli.terminal import SetOption, console, err, fail, load_for_command, print_precision_warning
+from grove.cli.terminal import SetOption, console, err, fail, print_precision_warning, resolve_for_command
 from grove.command_failures import user_error_types, user_message
 
 if TYPE_CHECKING:
     from grove.config import GroveConfig
+    from grove.resolve import RunPlan
 
 __all__ = ["config_show"]
 
@@ -30,13 +31,8 @@ def config_show(
 ) -> None:
     """Print the resolved, validated config, the batch quantities it implies, and a peak-memory estimate; the
     rewards, a user environment and LoRA targets are resolved as `grove train` resolves them before the model loads."""
-    cfg = load_for_command(config, set_)
-    from grove.training.preflight import preflight
-
-    try:
-        preflight(cfg)
-    except user_error_types() as exc:
-        fail(user_message(exc))
+    plan = resolve_for_command(config, set_, "train")
+    cfg = plan.cfg
     if cfg.algorithm.preset:
         import yaml
 
@@ -54,9 +50,9 @@ def config_show(
     for key, value in cfg.derived().items():
         table.add_row(key, str(value))
     console.print(table)
-    from grove.config.derived import generates_from_bf16_copy, zero_advantage_skip_blocker
+    from grove.config.derived import generates_from_bf16_copy
 
-    blocker = zero_advantage_skip_blocker(cfg)
+    blocker = plan.skip_zero_advantage_blocker
     console.print(
         "the update leaves zero-advantage samples out (train.skip_zero_advantage)" if blocker is None
         else f"the update computes every sample: {blocker}", highlight=False,
@@ -64,7 +60,7 @@ def config_show(
     print_precision_warning(cfg.train.precision, generates_from_bf16_copy(cfg), _run_device(cfg))
     if memory:
         try:
-            _print_memory_plan(cfg, processes)
+            _print_memory_plan(plan, processes)
         except user_error_types() as exc:
             fail(user_message(exc))
 
@@ -90,24 +86,24 @@ def _agent_context_tokens(cfg: GroveConfig, path) -> int:
     return max(1, limit - cfg.rollout.max_new_tokens)
 
 
-def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
+def _print_memory_plan(plan: RunPlan, processes: int = 1) -> None:
     import psutil
     import torch
 
-    import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
-    from grove.config.derived import generates_from_bf16_copy, needs_reference_model, reward_model_bytes
+    from grove.config.derived import generates_from_bf16_copy
     from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes, lora_parameter_count
     from grove.models.pretrained import resolve_model_path
     from grove.rollout.engine import encode_prompts
     from grove.rollout.prepacked_linear import prepacking_supported
     from grove.tasks.task import build_task
 
+    cfg = plan.cfg
     path = resolve_model_path(cfg.model.name)
     if cfg.source_id == "environment":  # the worst case: every context at its limit
         prompt_tokens = _agent_context_tokens(cfg, path)
     else:
         tokenizer = _tokenizer(path)
-        examples = list(build_task(cfg.task).train)[:256]
+        examples = list(build_task(cfg.task, entry=plan.entries.task.entry).train)[:256]
         prompt_tokens = max(
             len(ids)
             for ids in encode_prompts(
@@ -127,10 +123,10 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
         prompt_tokens=prompt_tokens,
         max_new_tokens=cfg.rollout.max_new_tokens,
         prompts_per_step=t.prompts_per_step,
-        completions_per_prompt=t.completions_per_prompt,
+        group_size=t.completions_per_prompt,
         micro_batch_size=min(t.micro_batch_size, t.completions_per_step // t.mini_batches),
         shared_prefix=t.forward != "padded",
-        reference_model=needs_reference_model(cfg) and lora is None,  # LoRA: the base with adapters disabled
+        reference_model=plan.model_needs.reference and lora is None,  # LoRA: the base with adapters disabled
         compute_bytes=2 if t.precision == "bf16" else 4,
         bf16_generation_copy=generates_from_bf16_copy(cfg),
         packed_generation_copy=cfg.rollout.prepacked_weights and _run_device(cfg) == "cpu"
@@ -141,7 +137,7 @@ def _print_memory_plan(cfg: GroveConfig, processes: int = 1) -> None:
         lora_params=lora_params,
         processes=processes,
         strategy=cfg.distributed.strategy,
-        reward_model_bytes=reward_model_bytes(cfg),
+        reward_model_bytes=plan.reward_model_bytes,
     )
     parts = estimate_peak_bytes(dims, shape)
     per_rank = f", per rank of {processes} ({cfg.distributed.strategy})" if processes > 1 else ""

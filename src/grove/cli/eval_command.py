@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from grove.cli.eval_suites import SuiteRun, print_suite_table
-from grove.cli.terminal import SetOption, console, fail, load_for_command, print_precision_warning
+from grove.cli.terminal import SetOption, console, fail, print_precision_warning, resolve_for_command
 from grove.command_failures import user_error_types, user_message
 from grove.evaluation.stats import describe_sampled
 
@@ -63,20 +63,23 @@ def eval_(
     runs = []
     loaded: dict[str, tuple] = {}  # each model loaded once, whatever the number of suites
     for label, path, suite_overrides in suites:
-        cfg = load_for_command(path, overrides + suite_overrides)
+        plan = resolve_for_command(path, overrides + suite_overrides, "eval")
+        cfg = plan.cfg
         for name in models:
-            name, result = _evaluate(cfg, name, loaded)
+            name, result = _evaluate(plan, name, loaded)
             runs.append(SuiteRun(label, name, result))
             _print_result(cfg, name, result, detailed=len(suites) == 1 and len(models) == 1)
     if len(runs) > 1:
         print_suite_table(runs)
 
 
-def _evaluate(cfg, model: str | None, loaded: dict[str, tuple]) -> tuple[str, EvalResult]:
-    """``model`` (default: the config's policy) evaluated on ``cfg``'s held-out items; an ``error:`` exit for a
-    mistake of the user's. ``loaded``: the models already loaded, by name (filled here)."""
-    import grove.resolve  # noqa: F401  (the one lookup of components: registers every built-in one)
+def _evaluate(plan, model: str | None, loaded: dict[str, tuple]) -> tuple[str, EvalResult]:
+    """``model`` (default: the config's policy) evaluated on the held-out items of ``plan`` (the config resolved
+    for evaluation); an ``error:`` exit for a mistake of the user's. ``loaded``: the models already loaded, by name
+    (filled here)."""
     from grove.api.evaluation import evaluate_loaded, load_model
+
+    cfg = plan.cfg
 
     print_precision_warning(cfg.train.precision, False, "cpu")  # generation under the precision's autocast
     try:
@@ -84,7 +87,7 @@ def _evaluate(cfg, model: str | None, loaded: dict[str, tuple]) -> tuple[str, Ev
     except (FileNotFoundError, ValueError) as exc:  # ModelLoadError is a ValueError
         fail(str(exc))
     try:
-        return str(name), evaluate_loaded(cfg, policy, tokenizer)
+        return str(name), evaluate_loaded(plan, policy, tokenizer)
     except user_error_types() as exc:
         fail(user_message(exc))
 

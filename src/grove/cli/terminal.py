@@ -14,8 +14,12 @@ from rich.markup import escape
 
 if TYPE_CHECKING:
     from grove.config import GroveConfig
+    from grove.resolve import RunKind, RunPlan
 
-__all__ = ["ResumeOption", "SetOption", "console", "err", "fail", "load_for_command", "print_precision_warning"]
+__all__ = [
+    "ResumeOption", "SetOption", "console", "err", "fail", "load_for_command", "print_precision_warning",
+    "read_for_command", "resolve_for_command",
+]
 
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -38,7 +42,8 @@ def fail(message: str, where: str = "", code: int = 2) -> NoReturn:
 
 
 def load_for_command(config: Path | None, overrides: list[str] | None) -> GroveConfig:
-    """The config a command runs with; a mistake in it is an ``error:`` exit."""
+    """The config a command runs with, checked by the front door (without resolving user code); a mistake in it is
+    an ``error:`` exit."""
     from grove.config import ConfigError
     from grove.resolve import load_config  # torch and every component: imported by the commands that run
 
@@ -46,6 +51,30 @@ def load_for_command(config: Path | None, overrides: list[str] | None) -> GroveC
         return load_config(config, overrides or [])
     except ConfigError as exc:
         fail(str(exc))
+
+
+def read_for_command(config: Path | None, overrides: list[str] | None) -> GroveConfig:
+    """The config as its file and ``--set`` say (the schema only: the front door checks the rest); a mistake in it
+    is an ``error:`` exit."""
+    from grove.config import ConfigError, read_config
+
+    try:
+        return read_config(config, overrides or [])
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def resolve_for_command(config: Path | None, overrides: list[str] | None, kind: RunKind) -> RunPlan:
+    """The config resolved by the front door for a run of ``kind`` in one process (:func:`grove.resolve.resolve`,
+    user code and model files included); a mistake is an ``error:`` exit."""
+    from grove.command_failures import user_error_types, user_message
+    from grove.resolve import resolve
+
+    cfg = read_for_command(config, overrides)
+    try:
+        return resolve(cfg, kind)
+    except user_error_types() as exc:
+        fail(user_message(exc))
 
 
 def print_precision_warning(precision: str, bf16_copy: bool, device: str) -> None:

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from grove.cli.terminal import ResumeOption, SetOption, console, err, fail, load_for_command
+from grove.cli.terminal import ResumeOption, SetOption, console, err, fail, read_for_command
 from grove.command_failures import (
     early_stop,
     output_dir_problem,
@@ -61,11 +61,14 @@ def _run_training(command: str, config: Path, set_: list[str] | None, resume: Pa
     overrides = list(set_ or [])
     if resume is not None:
         overrides.append(f"output_dir={json.dumps(str(resume))}")  # quoted: the path is a string, not YAML
-    cfg = load_for_command(config, overrides)
+    cfg = read_for_command(config, overrides)
     from grove.distributed.world import init_world
     from grove.infra.write_failures import RunWriteError
+    from grove.resolve import (
+        resolve,  # the front door: every check, user code included, before the model loads
+    )
     from grove.training.nonfinite_guard import NonFiniteTrainingError
-    from grove.training.trainer import Trainer  # whose start-up resolves user code before the model loads
+    from grove.training.trainer import Trainer
 
     # besides the user's mistakes (a checkpoint or log that could not be written among them): a run that kept
     # producing NaN, whose message names the last good checkpoint
@@ -93,13 +96,17 @@ def _run_training(command: str, config: Path, set_: list[str] | None, resume: Pa
         leave(exc)
         fail(message, where)
 
+    try:  # every check of the config, user code and model files included, before anything is written
+        plan = resolve(cfg, command, world_size=world.size)
+    except user_errors as exc:
+        stop(user_message(exc), exc)
     # a --resume directory that does not exist is not created here: the trainer says there is no run there
     probe = world.is_main and (resume is None or Path(cfg.output_dir).is_dir())
     problem = output_dir_problem(Path(cfg.output_dir)) if probe else None
     if problem is not None:
         stop(f"output_dir {cfg.output_dir!r} is not writable: {problem}; choose another with --set output_dir=...")
     try:
-        trainer = Trainer(cfg, Path(cfg.output_dir), resume=resume is not None, world=world, kind=command)
+        trainer = Trainer(plan, Path(cfg.output_dir), resume=resume is not None, world=world)
         if trainer.resume_from is not None and world.is_main:
             err.print(f"resuming {cfg.output_dir} from {trainer.resume_from.name}")
         summary = trainer.run()

@@ -1,24 +1,53 @@
-"""The ``algorithm`` section: advantage estimator, policy loss, aggregation, KL, entropy and the DAPO and
-rollout-correction stages."""
+"""The ``algorithm`` section: reward combination, advantage estimator, policy loss, loss aggregation, KL, entropy and
+the DAPO and rollout-correction stages."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from grove.config.components import ComponentSpec
 from grove.config.sections import Section
 from grove.core.aggregation import SequenceCount
 
 __all__ = [
+    "DEPRECATED_KEYS",
     "AlgorithmConfig",
     "DynamicSamplingConfig",
     "EntropyConfig",
     "KLConfig",
     "OverlongConfig",
     "RolloutCorrectionConfig",
+    "current_keys",
 ]
+
+log = logging.getLogger("grove.config")
+
+#: deprecated keys of the ``algorithm`` section and the key each stands for: a config that gives one is read as if it
+#: gave the other (same value), with a warning naming the key to write
+DEPRECATED_KEYS: dict[str, str] = {"reward_aggregation": "reward_combination"}
+
+
+def current_keys(section: Any) -> Any:
+    """``section`` (the ``algorithm`` mapping of a config) with each of :data:`DEPRECATED_KEYS` replaced by the key it
+    stands for, one warning line each; a section that gives both keys is a ``ValueError`` naming both. Anything
+    else is returned as it is."""
+    if not isinstance(section, dict) or not DEPRECATED_KEYS.keys() & section.keys():
+        return section
+    section = dict(section)
+    for old, new in DEPRECATED_KEYS.items():
+        if old not in section:
+            continue
+        if new in section:
+            raise ValueError(
+                f"algorithm.{old} and algorithm.{new} are the same setting ({old} is its deprecated spelling); "
+                f"give only algorithm.{new}"
+            )
+        log.warning("algorithm.%s is deprecated: write algorithm.%s (same value)", old, new)
+        section[new] = section.pop(old)
+    return section
 
 
 class KLConfig(Section):
@@ -70,11 +99,11 @@ class AlgorithmConfig(Section):
     preset: str | None = Field(
         None, description="A named bundle of settings from a paper (grove.config.presets); keys you set override it."
     )
-    reward_aggregation: ComponentSpec = Field(
+    reward_combination: ComponentSpec = Field(
         default_factory=lambda: ComponentSpec(id="sum_then_normalize"),
-        description="How several rewards/objectives become one score before the advantage estimator: "
-        "sum_then_normalize (weighted sum, default), normalize_then_sum (GDPO), variance_weighted (MO-GRPO), gated, "
-        "ensemble_min, mean_minus_std (docs/multi-objective.md).",
+        description="The reward combiner: how several rewards/objectives become one score before the advantage "
+        "estimator: sum_then_normalize (weighted sum, default), normalize_then_sum (GDPO), variance_weighted "
+        "(MO-GRPO), gated, ensemble_min, mean_minus_std (docs/multi-objective.md).",
     )
     advantage: ComponentSpec = Field(
         default_factory=lambda: ComponentSpec(id="grpo"), description="Advantage estimator and its parameters."
@@ -102,6 +131,11 @@ class AlgorithmConfig(Section):
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
     rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _current_keys(cls, data: Any) -> Any:
+        return current_keys(data)
 
     @field_validator("aggregation", mode="before")
     @classmethod

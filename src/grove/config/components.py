@@ -8,9 +8,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from grove.registry import Registry
+from grove.registry import Entry, Registry
 
-__all__ = ["ComponentParamsError", "ComponentSpec", "check_component", "not_finite"]
+__all__ = [
+    "ComponentParamsError", "ComponentSpec", "check_component", "not_finite", "unknown_component", "validated_params",
+]
 
 
 def not_finite(value: Any) -> str:
@@ -42,24 +44,36 @@ class ComponentParamsError(ValueError):
     """A known component's parameters are invalid; the message names each problem by its full key."""
 
 
-def check_component(spec: ComponentSpec, registry: Registry, field: str) -> None:
-    """Raise ``ValueError`` naming the unknown id (with the closest known one and the allowed ids) or the
-    parameter problems (with the parameters the component takes)."""
-    if spec.id not in registry:
-        close = difflib.get_close_matches(spec.id, registry.ids(), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown {registry.kind} {spec.id!r}.{hint} Allowed: {', '.join(registry.ids())}")
-    params = registry.entry(spec.id).params
+def unknown_component(registry: Registry, id: str) -> str:
+    """The message for an id ``registry`` does not know: the closest known one and the allowed ids."""
+    close = difflib.get_close_matches(id, registry.ids(), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"unknown {registry.kind} {id!r}.{hint} Allowed: {', '.join(registry.ids())}"
+
+
+def validated_params(values: dict[str, Any], entry: Entry, kind: str, field: str) -> BaseModel:
+    """``values`` validated against ``entry``'s parameter model, every float finite; a problem is a
+    :class:`ComponentParamsError` naming each parameter by its full key under ``field`` and the parameters it
+    takes."""
     try:
-        _finite_params(params).model_validate(spec.params)
+        _finite_params(entry.params).model_validate(values)
+        return entry.params.model_validate(values)
     except ValidationError as exc:
-        allowed = ", ".join(params.model_fields) or "(none)"
+        allowed = ", ".join(entry.params.model_fields) or "(none)"
         problems = "; ".join(  # each problem named by its full key, e.g. rewards.0.model
             f"{'.'.join((field, *(str(p) for p in e['loc'])))}: "
             f"{not_finite(e['input']) if e['type'] == 'finite_number' else e['msg']}"
             for e in exc.errors()
         )
-        raise ComponentParamsError(f"{registry.kind} {spec.id!r}: {problems}. Parameters it takes: {allowed}") from None
+        raise ComponentParamsError(f"{kind} {entry.id!r}: {problems}. Parameters it takes: {allowed}") from None
+
+
+def check_component(spec: ComponentSpec, registry: Registry, field: str) -> None:
+    """Raise ``ValueError`` naming the unknown id (:func:`unknown_component`) or the parameter problems
+    (:func:`validated_params`)."""
+    if spec.id not in registry:
+        raise ValueError(unknown_component(registry, spec.id))
+    validated_params(spec.params, registry.entry(spec.id), registry.kind, field)
 
 
 @functools.cache

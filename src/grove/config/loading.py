@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from grove.config.algorithm import current_keys
 from grove.config.components import not_finite
 from grove.config.presets import PRESETS, expand_preset
 from grove.config.schema import GroveConfig
@@ -290,9 +291,16 @@ def read_config(path: str | Path | None, overrides: list[str] | None = None) -> 
 
 
 def config_from_data(data: dict[str, Any]) -> GroveConfig:
-    """Validate a config's data (the mapping a YAML file holds, overrides applied): the preset expanded, the schema
+    """Validate a config's data (the mapping a YAML file holds, overrides applied): deprecated keys read as the keys
+    they stand for (one warning each, :data:`grove.config.algorithm.DEPRECATED_KEYS`), the preset expanded, the schema
     checked; every problem is a :class:`ConfigError` naming the key."""
     algorithm = data.get("algorithm")
+    if isinstance(algorithm, dict):  # before the preset: a deprecated key overrides the preset's current one
+        try:
+            algorithm = current_keys(algorithm)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        data = {**data, "algorithm": algorithm}
     preset = algorithm.get("preset") if isinstance(algorithm, dict) else None
     if preset is not None and not isinstance(preset, str):
         raise ConfigError(

@@ -124,14 +124,14 @@ PRESETS: dict[str, Preset] = {
         "normalize_then_sum (each reward z-scored in its group, weighted sum, batch renormalisation: TRL's "
         "conventions) + score_as_advantage + ppo_clip 0.2 + token_mean, no KL",
         {"algorithm": _algorithm("score_as_advantage", _ppo_clip(), "token_mean",
-                                 reward_aggregation={"id": "normalize_then_sum", "renormalize": "batch"})},
+                                 reward_combination={"id": "normalize_then_sum", "renormalize": "batch"})},
     ),
     "gdpo_verl": Preset(
         papers.GDPO,
         "normalize_then_sum with verl's conventions (eps 1e-6, single-sample groups raw, whitening over tokens) + "
         "score_as_advantage + ppo_clip 0.2 + token_mean, no KL",
         {"algorithm": _algorithm("score_as_advantage", _ppo_clip(), "token_mean",
-                                 reward_aggregation={"id": "normalize_then_sum", "eps": 1.0e-6, "lone_value": "raw",
+                                 reward_combination={"id": "normalize_then_sum", "eps": 1.0e-6, "lone_value": "raw",
                                                      "renormalize": "tokens"})},
     ),
     "mo_grpo": Preset(
@@ -139,7 +139,7 @@ PRESETS: dict[str, Preset] = {
         "variance_weighted (each objective divided by its group std) + grpo + ppo_clip 0.2 + seq_mean_token_mean, "
         "no KL",
         {"algorithm": _algorithm("grpo", _ppo_clip(), "seq_mean_token_mean",
-                                 reward_aggregation={"id": "variance_weighted", "scope": "group"})},
+                                 reward_combination={"id": "variance_weighted", "scope": "group"})},
     ),
     "crpo": Preset(
         papers.CRPO,
@@ -147,7 +147,7 @@ PRESETS: dict[str, Preset] = {
         "normalize_then_sum (the abstract does not say how; our reading) + score_as_advantage + ppo_clip 0.2 + "
         "token_mean, no KL",
         {"algorithm": _algorithm("score_as_advantage", _ppo_clip(), "token_mean",
-                                 reward_aggregation={"id": "normalize_then_sum", "renormalize": "batch"})},
+                                 reward_combination={"id": "normalize_then_sum", "renormalize": "batch"})},
     ),
 }
 

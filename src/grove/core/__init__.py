@@ -3,7 +3,7 @@
 * :mod:`~grove.core.segments`: per-group statistics (sum, count, mean, std, min, max) as segment ops;
 * :mod:`~grove.core.token_ops`: per-sample ↔ per-token broadcasting and masked row means;
 * :mod:`~grove.core.advantages`: advantage estimators (``ADVANTAGE_ESTIMATORS``), one module per family;
-* :mod:`~grove.core.objectives`: reward aggregators (``REWARD_AGGREGATORS``): several objectives → one score
+* :mod:`~grove.core.objectives`: reward combiners (``REWARD_COMBINERS``): several objectives → one score
   (weighted sum, GDPO, MO-GRPO, gated, ensemble worst case, mean − λ·std);
 * :mod:`~grove.core.losses`: policy losses (``POLICY_LOSSES``), their typed input and output;
 * :mod:`~grove.core.aggregation`: loss aggregations (``LOSS_AGGREGATIONS``) with a global scale;

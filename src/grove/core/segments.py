@@ -93,7 +93,7 @@ def broadcast(per_segment: Tensor, index: Tensor) -> Tensor:
     return gather_rows(per_segment, index)
 
 
-def segment_discounted_returns(values: Tensor, segment: Tensor, order_key: Tensor, gamma: float) -> Tensor:
+def segment_discounted_returns(values: Tensor, segment: Tensor, order_key: Tensor, *, gamma: float) -> Tensor:
     """Discounted return-to-go within segments: ``R_t = r_t + gamma R_{t+1}``, ``R = r`` at a segment's end.
 
     ``values`` ``[S]`` are per-element rewards ``r``, ``segment`` ``[S]`` (arbitrary ids) says which

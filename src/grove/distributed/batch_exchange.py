@@ -1,12 +1,12 @@
 """One step's batch across ranks: every rank's samples gathered, so batch-level statistics see all of them.
 
 Each rank generates and scores its own prompt groups (groups are never split across ranks). Advantage
-estimators, reward aggregators and D^3S's sample selection may use statistics of the whole batch
+estimators, reward combiners and D^3S's sample selection may use statistics of the whole batch
 (REINFORCE++ whitening, batch-level normalisation, GPG's scaling, GDPO's and MO-GRPO's renormalisation,
 batch-scope max-variance selection). Rather than teaching each of them about ranks, the step's scored batch
 (token ids, masks, rewards, index tensors, step tables: a few hundred kB) is all-gathered, the
 estimator runs on the gathered batch, identically on every rank, and each rank trains on its own rows of
-it. So every estimator, aggregator and selection rule gives exactly its single-process values, and the
+it. So every estimator, combiner and selection rule gives exactly its single-process values, and the
 tensor core stays free of communication. The gradient-heavy work (forward, backward) stays sharded.
 """
 

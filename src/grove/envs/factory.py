@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from grove.envs.base import EnvironmentSuite
-from grove.registry import ENVIRONMENTS, import_callable
+from grove.registry import ENVIRONMENTS, Entry, import_callable
 from grove.user_code import user_code
 
 __all__ = ["build_environment", "import_factory"]
@@ -76,9 +76,10 @@ def _call(fn: Callable[..., Any], params: Any, tokenizer: Any, name: str) -> Any
 
 
 def build_environment(
-    id_or_path: str, params: Mapping[str, Any] | None = None, *, tokenizer: Any = None
+    id_or_path: str, params: Mapping[str, Any] | None = None, *, tokenizer: Any = None, entry: Entry | None = None
 ) -> EnvironmentSuite:
-    """The suite of a registered environment id (``"sokoban"``) or of a user factory (``"my_pkg.envs:make_suite"``).
+    """The suite of a registered environment id (``"sokoban"``) or of a user factory (``"my_pkg.envs:make_suite"``);
+    ``entry``: the registered environment's entry, where the caller looked it up already (the run's front door).
 
     Raises:
         ValueError: unknown id (with the closest known one), unimportable path, invalid parameters (naming the
@@ -91,14 +92,14 @@ def build_environment(
         model = _params_model(fn)
         suite = _call(fn, _validate(model, params, id_or_path) if model is not None else params, tokenizer, id_or_path)
     else:
-        if id_or_path not in ENVIRONMENTS:
+        if entry is None and id_or_path not in ENVIRONMENTS:
             close = difflib.get_close_matches(id_or_path, ENVIRONMENTS.ids(), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ValueError(
                 f"unknown environment {id_or_path!r}.{hint} Known: {', '.join(ENVIRONMENTS.ids())}; a user "
                 "environment is given by import path, 'package.module:factory'"
             )
-        entry = ENVIRONMENTS.entry(id_or_path)
+        entry = entry or ENVIRONMENTS.entry(id_or_path)
         suite = _call(entry.fn, _validate(entry.params, params, id_or_path), tokenizer, id_or_path)
     if not isinstance(suite, EnvironmentSuite):
         raise ValueError(

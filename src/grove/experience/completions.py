@@ -1,8 +1,8 @@
 """Single-turn experience: ``prompts_per_step`` prompts of the task, G completions each, scored by the rewards.
 
-The pipeline is :func:`grove.pipeline.collect.collect_scored` (scoring, dynamic sampling, overlong shaping; the
-trainer's :mod:`grove.pipeline.credit` does the rest); this source owns the prompt order (an epoch-based
-:class:`grove.training.prompt_sampler.PromptSampler`, checkpointed) and the held-out evaluation.
+The collection is :func:`grove.experience.completion_collection.collect_scored` (scoring, dynamic sampling,
+overlong shaping; the trainer's :mod:`grove.pipeline.credit` does the rest); this source owns the prompt order (an
+epoch-based :class:`grove.experience.task_sampler.TaskSampler`, checkpointed) and the held-out evaluation.
 """
 
 from __future__ import annotations
@@ -11,31 +11,24 @@ import logging
 from typing import Any
 
 from grove.evaluation.evaluate import EvalResult, evaluate_config
+from grove.experience.completion_collection import ExperienceSettings, collect_scored
 from grove.experience.source import ScoredExperience, SourceContext
 from grove.experience.task_sampler import TaskSampler
-from grove.pipeline.collect import ExperienceSettings, collect_scored
 from grove.registry import EXPERIENCE_SOURCES
 from grove.rewards.scoring import resolve_rewards
 from grove.rollout.engine import (
-    SamplingParams,
     check_prompts_fit,
     context_length,
     encode_prompts,
     fit_prompts,
     prompt_preview,
+    rollout_sampling,
 )
 from grove.tasks.task import build_task, require_examples
 
-__all__ = ["CompletionSource", "rollout_sampling"]
+__all__ = ["CompletionSource"]
 
 log = logging.getLogger("grove.experience")
-
-
-def rollout_sampling(cfg) -> SamplingParams:
-    r = cfg.rollout
-    return SamplingParams(
-        temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, stop=tuple(r.stop)
-    )
 
 
 class CompletionSource:
@@ -44,14 +37,16 @@ class CompletionSource:
     def __init__(self, ctx: SourceContext) -> None:
         cfg = ctx.cfg
         self.ctx = ctx
-        self.task = build_task(cfg.task)
-        self.rewards = resolve_rewards(cfg.rewards)
+        entries = ctx.plan.entries
+        self.task = build_task(cfg.task, entry=entries.task.entry if entries.task is not None else None)
+        # the rewards the front door's preflight resolved (a plan resolved without it resolves them here)
+        self.rewards = list(ctx.plan.rewards) or resolve_rewards(cfg.rewards, [r and r.entry for r in entries.rewards])
         a = cfg.algorithm
         overlong = a.overlong
         self.settings = ExperienceSettings(
             groups=cfg.train.prompts_per_step,
-            completions_per_group=cfg.train.completions_per_prompt,
-            sampling=rollout_sampling(cfg),
+            group_size=cfg.train.completions_per_prompt,
+            sampling=rollout_sampling(cfg.rollout),
             rewards=self.rewards,
             max_rounds=a.dynamic_sampling.max_rounds if a.dynamic_sampling.enabled else 1,
             overlong_filter=overlong.filter,
@@ -61,8 +56,8 @@ class CompletionSource:
             overlong_max_penalty=overlong.max_penalty,
             greedy_baseline=ctx.scoring.greedy_baseline,
             pad_token_id=ctx.engine.pad_token_id,
-            aggregator=ctx.scoring.aggregator,
-            aggregator_params=ctx.scoring.aggregator_params,
+            combiner=ctx.scoring.combiner,
+            combiner_params=ctx.scoring.combiner_params,
             world=ctx.world,
         )
         require_examples(self.task, cfg.task.id)  # an empty split: an error naming the task and split

@@ -7,7 +7,7 @@ The episodes (:func:`grove.experience.episodes.run_episodes`) become a batch wit
 (:func:`grove.experience.trajectory_batch.trajectories_to_batch`) scored by each episode's return; the trainer's
 credit assignment (:mod:`grove.pipeline.credit`) computes the advantages, as for completions.
 
-Dynamic GiGPO (``algorithm.dynamic_sampling``, :mod:`grove.pipeline.dynamic_sampling`): groups whose episode
+Dynamic GiGPO (``algorithm.dynamic_sampling``, :mod:`grove.experience.dynamic_sampling`): groups whose episode
 returns are all equal carry no episode-level signal; they are dropped and further rounds of groups are played until
 ``prompts_per_step`` informative groups exist or ``max_rounds`` is reached (then the last round's
 uninformative groups fill the gap, as for completions). Evaluation plays one greedy episode per held-out
@@ -31,7 +31,7 @@ from grove.core.shaping import informative_groups
 from grove.envs import build_environment
 from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import AccuracyReport, SampledReport
-from grove.experience.completions import rollout_sampling
+from grove.experience.dynamic_sampling import InformativeRounds, sample_informative_rounds
 from grove.experience.env_failures import EnvironmentFailedError
 from grove.experience.episode_metrics import (
     anchor_metrics,
@@ -41,16 +41,15 @@ from grove.experience.episode_metrics import (
     rollout_timing,
 )
 from grove.experience.episode_records import EpisodeRun, Prompter, Trajectory
-from grove.experience.episodes import run_episodes
+from grove.experience.episodes import EpisodeSettings, run_episodes
 from grove.experience.prompters import build_prompter
 from grove.experience.source import ScoredExperience, SourceContext
 from grove.experience.task_sampler import TaskSampler
 from grove.experience.trajectory_batch import trajectories_to_batch
 from grove.infra.heartbeat import report_progress
 from grove.infra.precision import autocast
-from grove.pipeline.dynamic_sampling import InformativeRounds, sample_informative_rounds
-from grove.registry import ACTION_PARSERS, EXPERIENCE_SOURCES
-from grove.rollout.engine import PromptTooLongError, context_length
+from grove.registry import EXPERIENCE_SOURCES
+from grove.rollout.engine import PromptTooLongError, context_length, rollout_sampling
 
 __all__ = ["EnvironmentSource"]
 
@@ -66,13 +65,18 @@ class EnvironmentSource:
             raise ValueError("experience_source: environment needs an `env` section")
         self.ctx = ctx
         self.env_cfg = cfg.env
-        self.suite = build_environment(cfg.env.id, cfg.env.params, tokenizer=ctx.tokenizer)
+        entries = ctx.plan.entries
+        self.suite = build_environment(
+            cfg.env.id, cfg.env.params, tokenizer=ctx.tokenizer,
+            entry=entries.environment.entry if entries.environment is not None else None,
+        )
         # the most tokens a turn's context and answer may have (None: unknown); read here, from the engine's model
         self.model_context = context_length(getattr(ctx.engine, "model", None), ctx.tokenizer)
-        parser = ACTION_PARSERS.get(cfg.env.action_parser.id)
-        parser_params = cfg.env.action_parser.validated(ACTION_PARSERS)
+        assert entries.action_parser is not None  # resolved by the front door for every environment run
+        parser, parser_params = entries.action_parser.fn, entries.action_parser.params
         self.parse = lambda text, obs: parser(text, obs, parser_params)
-        self.sampling = rollout_sampling(cfg)
+        self.step_annotators = entries.step_annotators
+        self.sampling = rollout_sampling(cfg.rollout)
         self.sampler = TaskSampler(len(self.suite.train_tasks), cfg.seed)
         # each group's environment seed: one stream shared by all ranks (like the task order), so a group starts
         # from the same state whichever rank plays it and whatever the number of ranks; checkpointed
@@ -96,19 +100,22 @@ class EnvironmentSource:
     ) -> EpisodeRun:
         """Play ``group_size`` episodes from each ``(task_id, seed)`` with this source's environment, prompts
         and parser (training, evaluation and ``benchmarks/gigpo.py calibrate`` all come through here)."""
-        return run_episodes(
-            self.ctx.engine,
-            self.suite.make,
-            starts,
-            group_size,
-            lambda: self._prompter(sampling.max_new_tokens),
-            self.parse,
-            sampling,
-            generator if generator is not None else self.ctx.generator,
+        settings = EpisodeSettings(
+            make_env=self.suite.make,
+            make_prompter=lambda: self._prompter(sampling.max_new_tokens),
+            parse=self.parse,
+            sampling=sampling,
             max_turns=self.env_cfg.max_turns,
             invalid_penalty=self.env_cfg.invalid_action_penalty,
             env_name=self.suite.name,
             step_timeout_s=self.env_cfg.step_timeout_s,
+        )
+        return run_episodes(
+            self.ctx.engine,
+            settings,
+            starts,
+            group_size=group_size,
+            generator=generator if generator is not None else self.ctx.generator,
         )
 
     def draw_starts(self) -> list[tuple[int, int]]:
@@ -147,6 +154,7 @@ class EnvironmentSource:
             self.group_size,
             pad_token_id=self.ctx.engine.pad_token_id,
             anchor_similarity=self.env_cfg.anchor_similarity,
+            annotators=self.step_annotators,
         )
         batch_seconds = time.perf_counter() - start  # the step table and anchor grouping included
         runs = [part.run for part in rounds.played]

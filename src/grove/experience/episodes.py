@@ -29,6 +29,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,7 +44,7 @@ from grove.experience.step_results import MalformedEnvironmentResult, checked_ob
 from grove.rollout.engine import RolloutEngine, SamplingParams, reusing_prefixes
 from grove.user_code import user_code
 
-__all__ = ["EnvironmentTimeout", "run_episodes"]
+__all__ = ["EnvironmentTimeout", "EpisodeSettings", "run_episodes"]
 
 log = logging.getLogger("grove.experience")
 
@@ -78,51 +79,63 @@ class _Failures:
         self.kinds[traj.error_kind] += 1
 
 
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """How episodes are played: ``make_env`` makes one copy of the environment, ``make_prompter`` one
+    :class:`~grove.experience.episode_records.Prompter` per trajectory, ``parse`` turns the model's text into an
+    action, each turn samples with ``sampling``, an episode lasts at most ``max_turns`` turns and an invalid action is
+    charged ``invalid_penalty``. ``env_name`` names the environment in failures and warnings. ``step_timeout_s``:
+    seconds an environment's ``reset`` or ``step`` may take before its trajectory ends as an environment error
+    (``None``: no limit, the calls are made directly, in this thread; with a limit the copies' calls of one turn
+    run concurrently, one worker thread per copy)."""
+
+    make_env: Callable[[], Environment]
+    make_prompter: Callable[[], Prompter]
+    parse: Callable[[str, Observation], ParsedAction]
+    sampling: SamplingParams
+    max_turns: int
+    invalid_penalty: float
+    env_name: str = "environment"
+    step_timeout_s: float | None = None
+
+
 def run_episodes(
     engine: RolloutEngine,
-    make_env: Callable[[], Environment],
+    settings: EpisodeSettings,
     starts: Sequence[tuple[int, int]],
-    group_size: int,
-    make_prompter: Callable[[], Prompter],
-    parse: Callable[[str, Observation], ParsedAction],
-    sampling: SamplingParams,
-    generator: torch.Generator,
     *,
-    max_turns: int,
-    invalid_penalty: float,
-    env_name: str = "environment",
-    step_timeout_s: float | None = None,
+    group_size: int,
+    generator: torch.Generator,
 ) -> EpisodeRun:
-    """Play ``group_size`` episodes from each ``(task_id, seed)`` in ``starts``; group ``g`` is ``starts[g]``.
-
-    ``step_timeout_s``: seconds an environment's ``reset`` or ``step`` may take before its trajectory ends as an
-    environment error (None: no limit, the calls are made directly, in this thread; with a limit the copies'
-    calls of one turn run concurrently, one worker thread per copy)."""
-    calls = EnvironmentCalls(env_name, step_timeout_s)
+    """Play ``group_size`` episodes from each ``(task_id, seed)`` in ``starts`` as ``settings`` say; group ``g`` is
+    ``starts[g]``."""
+    trajectories = [
+        Trajectory(group=g, slot=slot, task_id=task_id, seed=seed)
+        for g, (task_id, seed) in enumerate(starts)
+        for slot in range(group_size)
+    ]
+    calls = EnvironmentCalls(settings.env_name, settings.step_timeout_s)
     try:
-        return _play(
-            engine, make_env, starts, group_size, make_prompter, parse, sampling, generator, calls,
-            max_turns=max_turns, invalid_penalty=invalid_penalty, env_name=env_name,
-        )
+        return _play(engine, settings, trajectories, generator, calls)
     finally:
         calls.close()
 
 
 def _started_environments(
-    make_env: Callable[[], Environment],
+    settings: EpisodeSettings,
     trajectories: list[Trajectory],
     calls: EnvironmentCalls,
     failures: _Failures,
-    env_name: str,
 ) -> tuple[list[Environment | None], list[Observation | None]]:
     """One environment per trajectory, made in order in this thread (a suite's ``make`` may share state between
     copies) and reset to the trajectory's task and seed: each copy and its first observation, ``None`` where making
     or resetting failed (that trajectory ends as an environment failure)."""
+    env_name = settings.env_name
     envs: list[Environment | None] = []
     for traj in trajectories:
         try:
             with user_code(f"environment {env_name!r} make"):
-                envs.append(make_env())
+                envs.append(settings.make_env())
         except Exception as exc:  # noqa: BLE001 - an environment failure ends only its own trajectory
             envs.append(None)
             failures.fail(traj, exc, "make")
@@ -191,30 +204,19 @@ def _append_turn(traj: Trajectory, turn: Turn, invalid_penalty: float) -> None:
 
 def _play(
     engine: RolloutEngine,
-    make_env: Callable[[], Environment],
-    starts: Sequence[tuple[int, int]],
-    group_size: int,
-    make_prompter: Callable[[], Prompter],
-    parse: Callable[[str, Observation], ParsedAction],
-    sampling: SamplingParams,
+    settings: EpisodeSettings,
+    trajectories: list[Trajectory],
     generator: torch.Generator,
     calls: EnvironmentCalls,
-    *,
-    max_turns: int,
-    invalid_penalty: float,
-    env_name: str,
 ) -> EpisodeRun:
+    """The turns of ``trajectories`` (fresh, one per episode), played to their end or ``settings.max_turns``."""
+    env_name, max_turns = settings.env_name, settings.max_turns
     failures = _Failures(env_name)
     where_step = f"environment {env_name!r} step"
-    trajectories = [
-        Trajectory(group=g, slot=slot, task_id=task_id, seed=seed)
-        for g, (task_id, seed) in enumerate(starts)
-        for slot in range(group_size)
-    ]
     t0 = time.perf_counter()
-    envs, observations = _started_environments(make_env, trajectories, calls, failures, env_name)
+    envs, observations = _started_environments(settings, trajectories, calls, failures)
     env_seconds = time.perf_counter() - t0
-    prompters = [make_prompter() for _ in trajectories]
+    prompters = [settings.make_prompter() for _ in trajectories]
     for prompter, obs in zip(prompters, observations, strict=True):
         if obs is not None:
             prompter.begin(obs)
@@ -227,7 +229,7 @@ def _play(
             contexts, running = _turn_contexts(active, prompters, trajectories, env_name, turn_number)
             if not running:
                 break
-            out = engine.generate(contexts, 1, sampling, generator)
+            out = engine.generate(contexts, 1, settings.sampling, generator)
             gen_seconds += out.seconds
             tokens += out.num_generated_tokens
             prompt_tokens += sum(len(c) for c in contexts)
@@ -235,7 +237,7 @@ def _play(
             lengths = out.response_mask.sum(1).tolist()
             all_ids, all_logprobs = out.response_ids.tolist(), out.logprobs.tolist()  # one conversion per turn
             t0 = time.perf_counter()
-            actions = [parse(out.texts[row], observations[k]) for row, k in enumerate(running)]
+            actions = [settings.parse(out.texts[row], observations[k]) for row, k in enumerate(running)]
             steps = [(k, "step", envs[k].step, (a.action,)) for k, a in zip(running, actions, strict=True) if a.valid]
             results = dict(zip((k for k, *_ in steps), calls.run(steps), strict=True))
             still = []
@@ -249,7 +251,7 @@ def _play(
                     parsed=parsed, reward=reward, penalty=0.0, done=done, finish_reason=out.finish_reasons[row],
                     info=info,
                 )
-                _append_turn(traj, turn, invalid_penalty)
+                _append_turn(traj, turn, settings.invalid_penalty)
                 ends = traj.done or traj.failed or turn_number == max_turns - 1
                 prompters[k].record(turn, None if ends else nxt)
                 observations[k] = nxt

@@ -23,7 +23,7 @@ from grove.batch import RolloutBatch, StepTable
 from grove.experience import step_annotators  # noqa: F401  (registers the built-in step annotators)
 from grove.experience.anchors import anchor_ids
 from grove.experience.episode_records import Trajectory, Turn
-from grove.registry import STEP_ANNOTATORS
+from grove.registry import STEP_ANNOTATORS, Entry
 
 __all__ = ["REWARD_COLUMNS", "trajectories_to_batch"]
 
@@ -39,10 +39,10 @@ def _right(rows: Sequence[Sequence], width: int, pad) -> list[list]:
 
 
 def _step_table(
-    step_rows: dict[str, list], turns: list[Turn], anchor_similarity: float | None
+    step_rows: dict[str, list], turns: list[Turn], anchor_similarity: float | None, annotators: Sequence[Entry]
 ) -> StepTable:
     """The step table of the steps collected in ``step_rows`` (their played ``turns`` in the same order): anchor
-    groups from the observations' anchor keys, and every registered step annotator's column."""
+    groups from the observations' anchor keys, and a column from each step annotator."""
     anchors = anchor_ids(
         step_rows["group"], [t.observation.anchor for t in turns], [t.observation.text for t in turns],
         anchor_similarity,
@@ -56,7 +56,7 @@ def _step_table(
         reward=torch.tensor(step_rows["reward"], dtype=torch.float32),
         penalty=torch.tensor(step_rows["penalty"], dtype=torch.float32),
         terminal=torch.tensor(step_rows["terminal"], dtype=torch.bool),
-        columns={entry.id: entry.fn(turns) for entry in STEP_ANNOTATORS},
+        columns={entry.id: entry.fn(turns) for entry in annotators},
     )
 
 
@@ -66,8 +66,11 @@ def trajectories_to_batch(
     *,
     pad_token_id: int = 0,
     anchor_similarity: float | None = None,
+    annotators: Sequence[Entry] | None = None,
 ) -> tuple[RolloutBatch, torch.Tensor]:
-    """``(batch, scores [N])`` of the trajectories' samples; trajectories without samples are left out."""
+    """``(batch, scores [N])`` of the trajectories' samples; trajectories without samples are left out.
+    ``annotators``: the step annotators whose columns the step table holds (default: every registered one; a run
+    passes those its front door looked up)."""
     prompts, responses, logprobs, token_turns = [], [], [], []
     sample_group, sample_traj, sample_first_turn, sample_truncated = [], [], [], []
     reward_rows, scores = [], []
@@ -111,7 +114,7 @@ def trajectories_to_batch(
     r_width = max(len(r) for r in responses)
     response_mask = torch.tensor(_right([[1] * len(r) for r in responses], r_width, 0), dtype=torch.bool)
     token_steps = torch.tensor(_right(token_turns, r_width, -1), dtype=torch.long)
-    steps = _step_table(step_rows, step_turns, anchor_similarity)
+    steps = _step_table(step_rows, step_turns, anchor_similarity, tuple(STEP_ANNOTATORS) if annotators is None else annotators)
     batch = RolloutBatch(
         prompt_ids=torch.tensor(_left(prompts, p_width, pad_token_id), dtype=torch.long),
         prompt_mask=torch.tensor(_left([[1] * len(p) for p in prompts], p_width, 0), dtype=torch.bool),

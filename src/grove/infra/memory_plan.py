@@ -135,7 +135,7 @@ class RunShape:
     prompt_tokens: int  # longest prompt, in tokens
     max_new_tokens: int
     prompts_per_step: int
-    completions_per_prompt: int
+    group_size: int  # train.completions_per_prompt
     micro_batch_size: int
     shared_prefix: bool
     reference_model: bool
@@ -162,12 +162,12 @@ def activation_bytes_per_token(m: ModelDims, compute_bytes: int, activation_chec
 def estimate_peak_bytes(m: ModelDims, r: RunShape) -> dict[str, float]:
     """Bytes of each resident component at the peak of a step (the training phase)."""
     if r.shared_prefix:
-        groups = max(1, -(-r.micro_batch_size // r.completions_per_prompt))
+        groups = max(1, -(-r.micro_batch_size // r.group_size))
         tokens = groups * r.prompt_tokens + r.micro_batch_size * r.max_new_tokens
     else:
         tokens = r.micro_batch_size * (r.prompt_tokens + r.max_new_tokens)
     # this rank's rows: its share of whole groups
-    rows = -(-r.prompts_per_step // max(r.processes, 1)) * r.completions_per_prompt
+    rows = -(-r.prompts_per_step // max(r.processes, 1)) * r.group_size
     lora = r.lora_params is not None
     trained = r.lora_params if lora else m.num_params
     sharded = r.processes > 1 and r.strategy == "fsdp2"

@@ -4,7 +4,7 @@ A step reads ``collect → credit → stages → update``. The stages of the who
 (D^3S's rollout selection, trajectory weights: they see the batch of every rank, so each rank selects alike); then
 each rank keeps the rows it generated, and the stages of this rank's rows run (the old policy's log-probs
 recomputed by the training forward, the rollout correction's importance weights). A new stage is one class with a
-``__call__(batch, context)``, added where :func:`grove.resolve.resolve_components` builds the list.
+``__call__(batch, context)``, added where :func:`grove.resolve.run_components.resolve_batch_stages` builds the list.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ then runs :class:`CreditAssignment` on it, in this order:
 2. the step's batch gathered over the ranks (:func:`grove.distributed.batch_exchange.gather_batch`), so every
    batch-level statistic below equals its single-process value;
 3. one score per sample: the source's own (an agent's episode return minus its penalties), or the reward
-   aggregator's combination of the batch's objectives (``algorithm.reward_aggregation``: the renormalisations of
+   combiner's score of the batch's objectives (``algorithm.reward_combination``: the renormalisations of
    GDPO and MO-GRPO see exactly the trained batch);
 4. with ``kl.placement: reward``, ``β·Σ_t KL_t`` over each sample's policy tokens subtracted from its score;
 5. advantages from the registered estimator (``algorithm.advantage``; a step-level estimator's parts, GiGPO's A^E
@@ -33,7 +33,7 @@ from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.core.advantages import AdvantageFn, run_estimator
-from grove.core.objectives import AggregateFn, AggregateOutput, objective_statistics, run_aggregator
+from grove.core.objectives import CombineFn, CombineOutput, objective_statistics, run_combiner
 from grove.core.token_ops import row_mean
 from grove.distributed.batch_exchange import gather_batch
 from grove.distributed.world import World
@@ -56,7 +56,7 @@ class ScoredExperience:
 
     ``batch`` holds the rewards ``[N, K]`` (and the step table of agent experience); ``scores`` is the source's own
     score per sample (an agent's episode return minus its penalties), or ``None`` to combine the batch's objectives
-    with the reward aggregator. ``samples`` are the records written to ``samples.jsonl``, or ``None`` for each
+    with the reward combiner. ``samples`` are the records written to ``samples.jsonl``, or ``None`` for each
     sample's prompt, completion and rewards, read from the step's gathered batch. ``stats`` go to the step's
     metrics as they are."""
 
@@ -108,8 +108,8 @@ class CreditAssignment:
 
     advantage_fn: AdvantageFn
     advantage_params: BaseModel
-    aggregator: AggregateFn
-    aggregator_params: BaseModel | None
+    combiner: CombineFn
+    combiner_params: BaseModel | None
     reference: Callable[[RolloutBatch], Tensor] | None = None
     kl_in_reward: Callable[[], KLInReward | None] = lambda: None
     world: World = field(default_factory=World)
@@ -121,18 +121,18 @@ class CreditAssignment:
         stats = dict(scored.stats)
         batch = scored.batch if self.reference is None else scored.batch.replace(ref_logprobs=self.reference(scored.batch))
         batch, local_rows, scores = gather_batch(self.world, batch, self.pad_token_id, scored.scores)
-        aggregated = None
+        combined = None
         if scores is None:
-            aggregated = run_aggregator(self.aggregator, batch, self.aggregator_params)
-            scores = aggregated.scores
+            combined = run_combiner(self.combiner, batch, self.combiner_params)
+            scores = combined.scores
         scores = kl_penalised_scores(batch, scores, self.kl_in_reward(), stats)
         start = time.perf_counter()
         out = run_estimator(self.advantage_fn, batch, scores, self.advantage_params)
         stats["advantage_seconds"] = time.perf_counter() - start
         stats.update({f"advantage/{k}": v for k, v in out.stats.items()})
         batch = out.applied_to(batch)
-        if aggregated is not None and batch.rewards.shape[1] > 1:
-            stats.update(_objective_statistics(batch, aggregated))
+        if combined is not None and batch.rewards.shape[1] > 1:
+            stats.update(_objective_statistics(batch, combined))
         samples = scored.samples if scored.samples is not None else self._batch_samples(batch)
         return StepExperience(
             batch, scores, scored.generation_seconds, scored.generated_tokens, stats, samples, local_rows=local_rows
@@ -153,9 +153,9 @@ class CreditAssignment:
         ]
 
 
-def _objective_statistics(batch: RolloutBatch, aggregated: AggregateOutput) -> dict[str, float]:
+def _objective_statistics(batch: RolloutBatch, combined: CombineOutput) -> dict[str, float]:
     sequence_advantages = row_mean(batch.advantages, batch.policy_token_mask)
-    return objective_statistics(batch, aggregated, sequence_advantages, batch.reward_names)
+    return objective_statistics(batch, combined, sequence_advantages, batch.reward_names)
 
 
 def kl_penalised_scores(

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.distributed.world import World
-from grove.pipeline.downsampling import signal_token_mask
+from grove.pipeline.loss_token_filter import signal_token_mask
 
-__all__ = ["largest_first", "micro_batches", "samples_with_signal", "within_budget"]
+__all__ = ["MicroBatchPlan", "largest_first", "micro_batches", "samples_with_signal", "within_budget"]
+
+
+@dataclass(frozen=True)
+class MicroBatchPlan:
+    """A mini-batch's micro-batches (sample indices, largest first), the passes this rank adds so that every rank
+    runs as many (``rank_fillers``: FSDP2 all-gathers parameters in each forward; each repeats a computed micro-batch,
+    or this rank's shortest sample, with its loss multiplied by 0), and the samples left out for lack of signal."""
+
+    computed: list[Tensor]
+    rank_fillers: list[Tensor]
+    left_out: Tensor
+
+    @property
+    def passes(self) -> int:
+        """Forward and backward passes this rank runs (computed and fillers)."""
+        return len(self.computed) + len(self.rank_fillers)
 
 
 def samples_with_signal(mini: RolloutBatch) -> Tensor:
@@ -25,16 +43,14 @@ def samples_with_signal(mini: RolloutBatch) -> Tensor:
 
 def micro_batches(
     mini: RolloutBatch, forward: str, skipping: bool, size: int, world: World, max_tokens: int | None = None
-) -> tuple[list[Tensor], int, Tensor]:
-    """The mini-batch's micro-batches (sample indices, largest first), how many of them are real, and the samples
-    left out because they carry no signal (:func:`samples_with_signal`, when ``skipping``). A micro-batch holds at
+) -> MicroBatchPlan:
+    """The mini-batch's :class:`MicroBatchPlan`; samples carrying no signal are left out when ``skipping``
+    (:func:`samples_with_signal`). A micro-batch holds at
     most ``size`` samples and, with ``max_tokens`` (``train.micro_batch_tokens``), at most that many prompt +
     completion tokens (:func:`within_budget`).
 
     Order: groups kept together for the prompt-sharing forwards (within a group, longest first); otherwise
-    length-sorted, which wastes less compute on padding. Every rank runs as many micro-batches (FSDP2 gathers
-    parameters in each forward): the extra ones repeat the last real one (on a rank with none, its shortest sample)
-    and run with weight 0. No micro-batch at all when no rank has a sample to compute."""
+    length-sorted, which wastes less compute on padding. No pass at all when no rank has a sample to compute."""
     tokens = mini.response_lengths + mini.prompt_mask.sum(1)
     order = torch.argsort(tokens, descending=True, stable=True)
     if forward != "padded":
@@ -44,10 +60,9 @@ def micro_batches(
         signal = samples_with_signal(mini)[order]
         order, left_out = order[signal], order[~signal]
     micro = largest_first(within_budget(order, tokens, size, max_tokens), tokens)
-    real = len(micro)
-    count = world.max_int(real, "update: micro-batch count")
+    count = world.max_int(len(micro), "update: micro-batch count")
     filler = micro[-1:] or [torch.argsort(tokens, stable=True)[:1]]
-    return micro + filler * (count - real), real, left_out
+    return MicroBatchPlan(micro, filler * (count - len(micro)), left_out)
 
 
 def largest_first(micro_indices: list[Tensor], tokens: Tensor) -> list[Tensor]:

@@ -5,11 +5,10 @@ A training stage gives the trainer one :class:`StepCoefficients`: it says the co
 names the controllers whose state a checkpoint holds.
 
 * :class:`ControlledCoefficients` (reinforcement learning): the KL coefficient β and the entropy bonus from their
-  controllers (:mod:`grove.pipeline.coefficients`), and D^3S's token keep ratio from its relaxing schedule
-  (:func:`grove.pipeline.downsampling.keep_ratio_at`). β multiplies the KL term of the loss with
+  controllers (:mod:`grove.pipeline.coefficients`). β multiplies the KL term of the loss with
   ``kl.placement: loss``; with ``kl.placement: reward`` the credit assignment reads it
   (:meth:`ControlledCoefficients.kl_in_reward`) and the loss has no KL term.
-* :class:`FixedCoefficients` (supervised fine-tuning): no KL, no entropy bonus, every token kept.
+* :class:`FixedCoefficients` (supervised fine-tuning, reward models): no KL, no entropy bonus.
 """
 
 from __future__ import annotations
@@ -21,11 +20,9 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
-from grove.core.keep_ratio_schedules import KeepRatioSchedule
 from grove.pipeline.coefficients import EntropyController, KLController
 from grove.pipeline.credit import KLInReward
-from grove.pipeline.downsampling import keep_ratio_at
-from grove.pipeline.update import Coefficients
+from grove.pipeline.update_seam import Coefficients
 
 __all__ = ["ControlledCoefficients", "FixedCoefficients", "StepCoefficients"]
 
@@ -53,7 +50,7 @@ class StepCoefficients(Protocol):
 
 @dataclass(frozen=True)
 class FixedCoefficients:
-    """No KL term, no entropy bonus, every loss token kept: the coefficients of supervised fine-tuning."""
+    """No KL term, no entropy bonus: the coefficients of supervised fine-tuning and reward-model training."""
 
     controllers: dict[str, Any] = field(default_factory=dict)
 
@@ -69,15 +66,12 @@ class FixedCoefficients:
 
 @dataclass(frozen=True)
 class ControlledCoefficients:
-    """β from ``kl`` (in the loss when ``kl_in_loss``), the entropy bonus from ``entropy``, the token keep ratio from
-    ``token_keep_ratio`` (``selection.tokens.ratio``; ``None``: every token) over ``total_steps`` steps.
+    """β from ``kl`` (in the loss when ``kl_in_loss``), the entropy bonus from ``entropy``.
     ``kl_in_reward_estimator``: the KL estimator of ``kl.placement: reward`` (``None`` otherwise)."""
 
     kl: KLController
     entropy: EntropyController
     kl_in_loss: bool
-    total_steps: int
-    token_keep_ratio: KeepRatioSchedule | None = None
     kl_in_reward_estimator: Callable[[Tensor, Tensor], Tensor] | None = None
 
     @property
@@ -88,7 +82,6 @@ class ControlledCoefficients:
         return Coefficients(
             kl=self.kl.coef if self.kl_in_loss else 0.0,
             entropy=self.entropy.active_coef(),
-            token_keep_ratio=keep_ratio_at(self.token_keep_ratio, step, self.total_steps),
         )
 
     def kl_in_reward(self) -> KLInReward | None:

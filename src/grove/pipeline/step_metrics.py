@@ -24,9 +24,9 @@ def weighted_reward(batch: RolloutBatch) -> torch.Tensor | None:
 
 
 def step_metrics(exp, batch: RolloutBatch, *, accuracy_reward: str) -> dict[str, float]:
-    """``reward_mean``/``reward_std`` are of the weighted reward sum (whatever the aggregator turns it into:
+    """``reward_mean``/``reward_std`` are of the weighted reward sum (whatever the reward combiner turns it into:
     ``score_mean`` is what the estimator received); ``zero_std_group_fraction`` counts groups whose score is
-    constant, i.e. groups without signal under the reward aggregator."""
+    constant, i.e. groups without signal under the reward combiner."""
     scores = exp.scores
     reward = weighted_reward(batch)
     reward = scores if reward is None else reward

@@ -23,9 +23,10 @@ tokens D^3S token selection kept. One JSON object per sample::
   in the mode the trainer holds the model in before the update (eval: no dropout), so it draws no random numbers
   and leaves the run's training unchanged.
 * ``kept``: the loss mask the update trained the row on after D^3S token selection (``selection.tokens``), as the
-  update computed it (:class:`grove.pipeline.update_totals.TrainedTokens`: with scope ``batch`` or ``micro_batch`` it
-  depends on the other rows ranked with it, so only the update knows it); the first epoch's mask. null when token
-  selection is off, or when the update did not run (a non-finite advantage skips it).
+  update computed it (:attr:`grove.pipeline.update_seam.UpdateOutcome.trained_mask`: with scope ``batch`` or
+  ``micro_batch`` it depends on the other rows ranked with it, so only the update knows it); the first epoch's mask.
+  null when the step's filter keeps every loss token, or when the update did not run (a non-finite advantage skips
+  it).
 * ``step_advantages`` (agents, with a step-level estimator): the sample's environment steps in turn order, each
   with the parts its advantage is the sum of, e.g. GiGPO's ``{"turn": 2, "episode": 0.5, "step": -0.25}``
   (A^E and ω·A^S; Step-GRPO: ``step`` and, with ``outcome_weight``, ``episode``).
@@ -51,8 +52,7 @@ from grove.batch import RolloutBatch
 from grove.core.token_ops import row_mean
 from grove.infra.precision import autocast
 from grove.models.logprob_module import response_logprobs
-from grove.pipeline.update import LossComponents
-from grove.pipeline.update_totals import TrainedTokens
+from grove.pipeline.update_seam import LossComponents
 
 __all__ = [
     "SIGNIFICANT_DIGITS",
@@ -98,9 +98,9 @@ def chosen_rows(group_index: Tensor, max_samples: int) -> Tensor:
 
 
 @torch.no_grad()
-def token_entropy(model: torch.nn.Module, batch: RolloutBatch, parts: LossComponents) -> Tensor:
+def token_entropy(model: torch.nn.Module, batch: RolloutBatch, loss: LossComponents) -> Tensor:
     """``float32 [N, R]`` (CPU): the policy's entropy at each of ``batch``'s response tokens from one no-grad pass of
-    the training forward (layout, precision, temperature and chunking of ``parts``); 0 at tokens the forward does
+    the training forward (layout, precision, temperature and chunking of ``loss``); 0 at tokens the forward does
     not score (padding, an agent's environment tokens)."""
     entropy = torch.zeros(batch.loss_mask.shape, dtype=torch.float32)
     if not bool(batch.response_mask.any()):  # nothing to score
@@ -108,9 +108,9 @@ def token_entropy(model: torch.nn.Module, batch: RolloutBatch, parts: LossCompon
     trimmed = batch.trimmed()
     # eager even where train.compile compiled the layers: a no-grad graph would cost one more compilation for this
     # one diagnostic pass per recorded step (the values equal the compiled forward's to float rounding)
-    with torch.compiler.set_stance("force_eager"), autocast(parts.precision, next(model.parameters()).device):
+    with torch.compiler.set_stance("force_eager"), autocast(loss.precision, next(model.parameters()).device):
         _, ent = response_logprobs(
-            model, trimmed, parts.forward, temperature=parts.temperature, with_entropy=True, chunk_size=parts.chunk_size
+            model, trimmed, loss.forward, temperature=loss.temperature, with_entropy=True, chunk_size=loss.chunk_size
         )
     entropy[:, : ent.shape[1]] = ent.float().cpu()
     return entropy
@@ -221,28 +221,26 @@ def token_details_records(
 
 @dataclass
 class StepTokenDetails:
-    """What one step records, captured before the update. Pass :attr:`trained_tokens` to
-    :func:`grove.pipeline.update.policy_update` (it fills in the kept tokens), then call :meth:`write`. A step that
-    records nothing has no rows: its ``trained_tokens`` is ``None`` and :meth:`write` does nothing."""
+    """What one step records, captured before the update; :meth:`write` after it, with the loss mask the update
+    trained each row on. A step that records nothing has no rows and :meth:`write` does nothing."""
 
     step: int = 0
     rows: Tensor | None = None  # rows of the trained batch; None: nothing recorded this step
     sample_rows: Tensor | None = None  # the same rows' indices in the step's collected batch
     samples: RolloutBatch | None = None
     entropy: Tensor | None = None
-    trained_tokens: TrainedTokens | None = None  # None: token selection off (kept is null)
     tokenizer: Any = None
     sink: Callable[[list[Record]], None] | None = None
     seconds: float = 0.0
 
-    def write(self) -> dict[str, float]:
+    def write(self, trained_mask: Tensor | None) -> dict[str, float]:
         """Build the records, hand them to the run's log; the step's metric ``token_details_seconds`` (capture and
-        writing), or nothing on a step that records none."""
+        writing), or nothing on a step that records none. ``trained_mask``: the update's
+        :attr:`grove.pipeline.update_seam.UpdateOutcome.trained_mask` (``None``: ``kept`` is null)."""
         if self.rows is None:
             return {}
         start = time.perf_counter()
-        trained = self.trained_tokens
-        kept = trained.mask if trained is not None and trained.filled else None
+        kept = trained_mask[self.rows.cpu()] if trained_mask is not None else None
         self.sink(token_details_records(
             self.step, self.rows, self.samples, self.entropy, kept, self.tokenizer, self.sample_rows
         ))
@@ -254,11 +252,11 @@ class TokenDetailsRecorder:
     ``max_samples`` samples; :func:`records_on_step`, :func:`chosen_rows`) through ``sink``, the run log's writer."""
 
     def __init__(
-        self, every: int, max_samples: int, parts: LossComponents, tokenizer: Any, sink: Callable[[list[Record]], None]
+        self, every: int, max_samples: int, loss: LossComponents, tokenizer: Any, sink: Callable[[list[Record]], None]
     ) -> None:
         self.every = every
         self.max_samples = max_samples
-        self.parts = parts
+        self.loss = loss
         self.tokenizer = tokenizer
         self.sink = sink
 
@@ -273,9 +271,8 @@ class TokenDetailsRecorder:
         start = time.perf_counter()
         rows = chosen_rows(batch.group_index, self.max_samples)
         samples = batch.select(rows)
-        entropy = token_entropy(model, samples, self.parts)
-        trained = TrainedTokens.for_rows(rows, batch) if self.parts.token_selection is not None else None
+        entropy = token_entropy(model, samples, self.loss)
         sample_rows = rows if source_rows is None else source_rows[rows]
         return StepTokenDetails(
-            step, rows, sample_rows, samples, entropy, trained, self.tokenizer, self.sink, time.perf_counter() - start
+            step, rows, sample_rows, samples, entropy, self.tokenizer, self.sink, time.perf_counter() - start
         )

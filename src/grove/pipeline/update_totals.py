@@ -1,6 +1,5 @@
-"""What an update counts: its running totals and metrics (:class:`UpdateTotals`), the per-token statistics summed
-over loss tokens (:class:`TokenStats`) and, for ``grove view``, the loss mask each recorded row was trained on
-(:class:`TrainedTokens`)."""
+"""What an update counts: its running totals and metrics (:class:`UpdateTotals`) and the per-token statistics summed
+over loss tokens (:class:`TokenStats`)."""
 
 from __future__ import annotations
 
@@ -8,46 +7,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
 from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.distributed.world import World
-from grove.pipeline.downsampling import LossTokenSelection, tokens_with_signal
+from grove.pipeline.loss_token_filter import LossTokenFilter, tokens_with_signal
 
-__all__ = ["TokenStats", "TrainedTokens", "UpdateTotals"]
-
-
-@dataclass
-class TrainedTokens:
-    """Out-parameter of :func:`policy_update`: the loss mask some rows of its batch were trained on, after D^3S token
-    selection, as the update computed it (scope ``batch`` ranks the whole mini-batch, ``micro_batch`` each
-    micro-batch, so only the update knows it). The first epoch's mask: later epochs select again from the entropies
-    of the updated policy. A row left out for lack of signal (``train.skip_zero_advantage``) gets the tokens its
-    selection counts in the loss (all scores zero: its first tokens). ``filled`` stays false when the update does
-    not run (a non-finite advantage skips it).
-
-    Build it with :meth:`for_rows`; the update fills ``mask`` through :meth:`record`."""
-
-    rows: Tensor  # [k] rows of the update's batch
-    mask: Tensor  # [k, R] float32, R the batch's response width
-    position: Tensor  # [N] each batch row's index in ``rows``, -1 for rows not asked for
-    filled: bool = False
-
-    @classmethod
-    def for_rows(cls, rows: Tensor, batch: RolloutBatch) -> TrainedTokens:
-        rows = rows.cpu()
-        position = torch.full((batch.num_samples,), -1, dtype=torch.long)
-        position[rows] = torch.arange(len(rows))
-        return cls(rows, torch.zeros(len(rows), batch.loss_mask.shape[1]), position)
-
-    def record(self, batch_rows: Tensor, mask: Tensor) -> None:
-        """Keep the lines of ``mask`` (``[m, r]``, the loss mask of rows ``batch_rows`` of the update's batch, ``r``
-        their trimmed width) whose rows were asked for."""
-        at = self.position[batch_rows.cpu()]
-        asked = at >= 0
-        self.mask[at[asked], : mask.shape[1]] = mask.detach().cpu()[asked].float()
-        self.filled = True
+__all__ = ["TokenStats", "UpdateTotals"]
 
 
 class TokenStats:
@@ -121,7 +87,7 @@ class UpdateTotals:
         self.mismatch_max = max(world.gather_objects(self.mismatch_max, "update: metrics"))
 
     def metrics(
-        self, lr: float, tokens: LossTokenSelection, statistic_names: Callable[[], list[str]]
+        self, lr: float, tokens: LossTokenFilter, statistic_names: Callable[[], list[str]]
     ) -> dict[str, float]:
         """The update's metrics; ``statistic_names``: the policy loss's statistics, logged as NaN when no sample was
         computed."""

@@ -1,15 +1,17 @@
-"""From a config to a run: the config checked against the registries and the user's code, and the components it
-names, looked up once.
+"""From a config to a run: the front door every kind of run comes through.
 
+* :func:`resolve`: a config checked and resolved once for a kind of run (``train``, ``sft``, ``rm``, ``eval``):
+  a :class:`RunPlan` holding every component the run uses, looked up once, with what they imply
+  (:mod:`grove.resolve.run_plan`);
 * :func:`load_config`: read a YAML config with ``--set`` overrides (:func:`grove.config.read_config`) and check it
-  for a run (:func:`check_config`): what the CLI, the trainer, ``grove eval`` and the benchmarks load;
-* :func:`check_config`: the checks of :mod:`grove.resolve.component_checks` on a config built in code;
-* :func:`resolve_components`: the typed set of components a run uses (:class:`RunComponents`).
+  (:func:`check_config`: the front door without resolving user code or model files).
 
 Importing this package registers every built-in component.
 """
 
-from grove.resolve.run_components import RunComponents, resolve_components
+from grove.resolve.run_components import RunComponents
 from grove.resolve.run_config import check_config, load_config
+from grove.resolve.run_entries import RunEntries, RunKind
+from grove.resolve.run_plan import ModelNeeds, RunPlan, resolve
 
-__all__ = ["RunComponents", "check_config", "load_config", "resolve_components"]
+__all__ = ["ModelNeeds", "RunComponents", "RunEntries", "RunKind", "RunPlan", "check_config", "load_config", "resolve"]

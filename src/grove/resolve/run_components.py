@@ -1,75 +1,87 @@
-"""The components a run uses, looked up once from its config: :func:`resolve_components`.
+"""The algorithm's components of a run, built by the front door from the entries it looked up:
+:func:`resolve_components`.
 
-Every algorithm choice of the config is a registry id; this is the one place they become callables with
-validated parameters, so the trainer, its credit assignment and the update receive components and never look an
-id up themselves.
+Every algorithm choice of the config is a registry id; the front door (:func:`grove.resolve.resolve`) looks each up
+once and this module turns the entries into what the trainer, its credit assignment and the update receive, so none
+of them looks an id up.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 from torch import Tensor
 
 from grove.config import GroveConfig
-from grove.config.derived import zero_advantage_skip_blocker
 from grove.core.advantages import AdvantageFn
-from grove.core.objectives import AggregateFn
+from grove.core.objectives import CombineFn
+from grove.experience.completion_collection import ObjectiveScoring
 from grove.pipeline.batch_stages import BatchStage, BatchStages, OldLogprobRecompute
-from grove.pipeline.collect import ObjectiveScoring
-from grove.pipeline.downsampling import RolloutDownsampling, SampleSelection, TokenSelection
+from grove.pipeline.downsampling import RolloutDownsampling, SampleSelection
+from grove.pipeline.loss_token_filter import EVERY_LOSS_TOKEN, TokenFilterSchedule
 from grove.pipeline.rollout_correction import RolloutCorrection
+from grove.pipeline.token_selection import ScheduledTokenSelection
 from grove.pipeline.trajectory_weighting import TrajectoryWeighting
-from grove.pipeline.update import LossComponents
-from grove.registry import (
-    ADVANTAGE_ESTIMATORS,
-    KL_ESTIMATORS,
-    LOSS_AGGREGATIONS,
-    POLICY_LOSSES,
-    REWARD_AGGREGATORS,
-)
+from grove.pipeline.update_seam import LossComponents
+from grove.registry import Requires
+
+if TYPE_CHECKING:
+    from grove.resolve.run_entries import RunEntries
 
 __all__ = ["RunComponents", "resolve_batch_stages", "resolve_components", "resolve_loss_components"]
 
 
 @dataclass(frozen=True)
 class RunComponents:
-    """``algorithm.advantage`` and ``algorithm.reward_aggregation`` with their parameters; whether the estimator
+    """``algorithm.advantage`` and ``algorithm.reward_combination`` with their parameters; whether the estimator
     asks for a scored greedy completion per prompt; the KL estimator when
     the KL goes into the reward (``kl.placement: reward``, else ``None``); the stages between credit and the update;
     the update's loss components."""
 
     advantage_fn: AdvantageFn
     advantage_params: BaseModel
-    aggregator: AggregateFn
-    aggregator_params: BaseModel
+    combiner: CombineFn
+    combiner_params: BaseModel
     greedy_baseline: bool
     kl_in_reward_estimator: Callable[[Tensor, Tensor], Tensor] | None
     stages: BatchStages
     loss: LossComponents
+    token_filter: TokenFilterSchedule
 
     @property
     def scoring(self) -> ObjectiveScoring:
-        """The aggregator and the greedy baseline, as an experience source scores with them."""
-        return ObjectiveScoring(self.aggregator, self.aggregator_params, self.greedy_baseline)
+        """The reward combiner and the greedy baseline, as an experience source scores with them."""
+        return ObjectiveScoring(self.combiner, self.combiner_params, self.greedy_baseline)
 
 
-def resolve_components(cfg: GroveConfig) -> RunComponents:
-    """The components ``cfg`` names (checked by :func:`grove.resolve.check_config`)."""
+def resolve_components(cfg: GroveConfig, entries: RunEntries, *, skip_zero_advantage: bool) -> RunComponents:
+    """The components of ``cfg`` from the front door's ``entries``; ``skip_zero_advantage``: whether leaving
+    zero-advantage samples out is exact for this run."""
     a = cfg.algorithm
-    advantage_fn, advantage_params = ADVANTAGE_ESTIMATORS.get(a.advantage.id), a.advantage.validated(ADVANTAGE_ESTIMATORS)
+    advantage = entries.advantage
     return RunComponents(
-        advantage_fn=advantage_fn,
-        advantage_params=advantage_params,
-        aggregator=REWARD_AGGREGATORS.get(a.reward_aggregation.id),
-        aggregator_params=a.reward_aggregation.validated(REWARD_AGGREGATORS),
-        greedy_baseline="greedy_baseline" in ADVANTAGE_ESTIMATORS.entry(a.advantage.id).requires,
-        kl_in_reward_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.placement == "reward" else None,
-        stages=resolve_batch_stages(cfg, advantage_fn, advantage_params),
-        loss=resolve_loss_components(cfg),
+        advantage_fn=advantage.fn,
+        advantage_params=advantage.params,
+        combiner=entries.reward_combiner.fn,
+        combiner_params=entries.reward_combiner.params,
+        greedy_baseline=advantage.entry.needs(Requires.GREEDY_BASELINE),
+        kl_in_reward_estimator=entries.kl_estimator.fn if a.kl.placement == "reward" else None,
+        stages=resolve_batch_stages(cfg, advantage.fn, advantage.params),
+        loss=resolve_loss_components(cfg, entries, skip_zero_advantage=skip_zero_advantage),
+        token_filter=resolve_token_filter(cfg),
     )
+
+
+def resolve_token_filter(cfg: GroveConfig) -> TokenFilterSchedule:
+    """The loss tokens each step trains on: D^3S's top ``|A|·H`` on its keep-ratio schedule (``selection.tokens``),
+    else every loss token."""
+    tokens = cfg.selection.tokens
+    if tokens is None:
+        return EVERY_LOSS_TOKEN
+    return ScheduledTokenSelection(tokens.scope, tokens.ratio, cfg.train.steps)
 
 
 def resolve_batch_stages(cfg: GroveConfig, advantage_fn: AdvantageFn, advantage_params: BaseModel) -> BatchStages:
@@ -93,21 +105,20 @@ def resolve_batch_stages(cfg: GroveConfig, advantage_fn: AdvantageFn, advantage_
     return BatchStages(tuple(whole_step), tuple(this_rank))
 
 
-def resolve_loss_components(cfg: GroveConfig) -> LossComponents:
+def resolve_loss_components(cfg: GroveConfig, entries: RunEntries, *, skip_zero_advantage: bool) -> LossComponents:
     """What the update needs of the config: the policy loss and its parameters, the loss aggregation, the KL term
-    (``kl.placement: loss``), the forward's settings, D^3S's token selection, the zero-advantage skip."""
+    (``kl.placement: loss``), the forward's settings, the zero-advantage skip."""
     a = cfg.algorithm
     return LossComponents(
-        policy_loss=POLICY_LOSSES.get(a.policy_loss.id),
-        policy_params=a.policy_loss.validated(POLICY_LOSSES),
-        loss_aggregation=LOSS_AGGREGATIONS.get(a.aggregation),
-        kl_estimator=KL_ESTIMATORS.get(a.kl.estimator) if a.kl.coef > 0 and a.kl.placement == "loss" else None,
+        policy_loss=entries.policy_loss.fn,
+        policy_params=entries.policy_loss.params,
+        loss_aggregation=entries.loss_aggregation.fn,
+        kl_estimator=entries.kl_estimator.fn if a.kl.coef > 0 and a.kl.placement == "loss" else None,
         temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
         max_response_length=cfg.rollout.max_new_tokens,
         logit_cache_bytes=int(cfg.train.logit_cache_mb * 2**20),
         forward=cfg.train.forward,
         precision=cfg.train.precision,
-        token_selection=TokenSelection(cfg.selection.tokens.scope) if cfg.selection.tokens is not None else None,
         sequence_count=a.sequence_count,
-        skip_zero_advantage=zero_advantage_skip_blocker(cfg) is None,
+        skip_zero_advantage=skip_zero_advantage,
     )

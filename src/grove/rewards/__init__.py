@@ -1,4 +1,4 @@
-"""Reward functions: built-ins (registered in ``REWARD_FUNCTIONS`` on import), loading and scoring (combining is the reward-aggregation stage, grove.core.objectives)."""
+"""Reward functions: built-ins (registered in ``REWARD_FUNCTIONS`` on import), loading and scoring (combining them is the reward-combination stage, grove.core.objectives)."""
 
 from grove.rewards import (  # noqa: F401  (registers the built-in rewards)
     builtin,

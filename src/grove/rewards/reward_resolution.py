@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from grove.infra.reward_workers import RewardWorker, pickled_reward
 from grove.python_objects import is_python_reference
-from grove.registry import REWARD_FUNCTIONS, ScoresSeveralObjectives, WeighsObjectives, import_callable
+from grove.registry import REWARD_FUNCTIONS, Entry, ScoresSeveralObjectives, WeighsObjectives, import_callable
 
 RewardFn = Callable[..., Sequence[float | None]]
 OnError = Literal["raise", "zero", "skip"]
@@ -90,16 +90,17 @@ def reward_columns(specs: Sequence[RewardSpec]) -> tuple[tuple[str, ...], tuple[
     return names, tuple(w for s in specs for w in s.column_weights)
 
 
-def bind_reward(id: str, params: Mapping[str, Any] | BaseModel | None = None) -> RewardFn:
+def bind_reward(id: str, params: Mapping[str, Any] | BaseModel | None = None, *, entry: Entry | None = None) -> RewardFn:
     """Bind a registered reward's ``params`` and return ``f(prompts, completions, **columns)``.
 
     ``params`` is validated against the reward's pydantic model (a model instance is re-validated
     from its fields). The returned callable has ``__name__ == id`` (TRL logs rewards by ``__name__``)
-    and exposes the validated model as ``.params``.
+    and exposes the validated model as ``.params``. ``entry``: the reward's registry entry, when the caller has
+    looked it up already.
     """
-    entry = REWARD_FUNCTIONS.entry(id)
+    entry = entry or REWARD_FUNCTIONS.entry(id)
     values = params.model_dump() if isinstance(params, BaseModel) else dict(params or {})
-    validated = REWARD_FUNCTIONS.validate_params(id, values)
+    validated = entry.params.model_validate(values)
     registered = entry.fn
 
     def reward(prompts: Sequence[Any], completions: Sequence[str], **columns: Any) -> list[float | None]:
@@ -172,6 +173,7 @@ def resolve_reward(
     on_error: OnError = "raise",
     isolation: Isolation = "none",
     timeout_s: float | None = None,
+    entry: Entry | None = None,
 ) -> RewardSpec:
     """Build a :class:`RewardSpec` from a registry id or a ``package.module:function`` import path.
 
@@ -190,6 +192,7 @@ def resolve_reward(
             ``"zero"`` (0.0) or ``"skip"`` (NaN: the reward does not apply to it).
         isolation: ``"process"``: call the reward in its own worker process (crash-proof, can be timed out).
         timeout_s: per-call time limit (needs ``isolation="process"``).
+        entry: the registered reward's entry, when the caller has looked it up already (the run's front door).
 
     Raises:
         RewardLoadError: unknown id, unimportable module, missing/non-callable attribute, params given
@@ -220,19 +223,20 @@ def resolve_reward(
         names, weights = _objectives(id_or_path, fn, objectives, float(weight), objective_weights)
         worker = _worker(id_or_path, display, fn) if isolation == "process" else None
         return RewardSpec(display, fn, float(weight), names, weights, _unselected(fn, names), **settings, worker=worker)
-    if id_or_path not in REWARD_FUNCTIONS:
+    if entry is None and id_or_path not in REWARD_FUNCTIONS:
         hint = " (user functions need a colon: 'package.module:function')" if "." in id_or_path else ""
         raise RewardLoadError(
             f"unknown reward function {id_or_path!r}{hint}; known: {', '.join(REWARD_FUNCTIONS.ids())}"
         )
     try:
-        fn = bind_reward(id_or_path, params)
+        entry = entry or REWARD_FUNCTIONS.entry(id_or_path)
+        fn = bind_reward(id_or_path, params, entry=entry)
     except ValidationError as e:
         raise RewardLoadError(f"invalid params for reward {id_or_path!r}: {e}") from e
     names, weights = _objectives(id_or_path, fn, objectives, float(weight), objective_weights)
     worker = None
     if isolation == "process":  # the worker gets the registered function and its params, not bind_reward's closure
-        target = functools.partial(REWARD_FUNCTIONS.entry(id_or_path).fn, params=fn.params)  # type: ignore[attr-defined]
+        target = functools.partial(entry.fn, params=fn.params)  # type: ignore[attr-defined]
         worker = _worker(id_or_path, name or id_or_path, target)
     return RewardSpec(
         name or id_or_path, fn, float(weight), names, weights, _unselected(fn, names), **settings, worker=worker
@@ -281,10 +285,12 @@ def _own_objectives(fn: Any) -> tuple[str, ...] | None:
     return tuple(own) if own else None
 
 
-def resolve_rewards(configs: Sequence[Any]) -> list[RewardSpec]:
+def resolve_rewards(configs: Sequence[Any], entries: Sequence[Entry | None] | None = None) -> list[RewardSpec]:
     """One :class:`RewardSpec` per ``rewards:`` block of the config (``id``, params, ``weight``, ``display_name``,
     ``objectives``, ``objective_weights``, ``on_error``, ``isolation``, ``timeout_s``); the column names are
-    checked to be unique."""
+    checked to be unique. ``entries``: each block's registry entry where the caller looked it up (``None`` for a
+    user function)."""
+    entries = list(entries) if entries is not None else [None] * len(configs)
     specs = [
         resolve_reward(
             r.id,
@@ -296,8 +302,9 @@ def resolve_rewards(configs: Sequence[Any]) -> list[RewardSpec]:
             on_error=getattr(r, "on_error", "raise"),
             isolation=getattr(r, "isolation", "none"),
             timeout_s=getattr(r, "timeout_s", None),
+            entry=entry,
         )
-        for r in configs
+        for r, entry in zip(configs, entries, strict=True)
     ]
     reward_columns(specs)
     return specs

@@ -11,7 +11,7 @@ User reward contract
   column (lists aligned with ``completions``). Accept ``**kwargs`` to ignore columns you do not use.
 * Return one value per completion: a real number, or ``None`` when the reward does not apply to that
   sample (it is then left out of the weighted sum for that sample; a sample no weighted reward applies to is
-  left out of the training step, :mod:`grove.pipeline.collect`). NaN and ±inf are rejected (return ``None``
+  left out of the training step, :mod:`grove.experience.completion_collection`). NaN and ±inf are rejected (return ``None``
   instead of NaN), and so is a value whose magnitude does not fit the float32 reward matrix (e.g. ``1e300``).
 * A reward may score several *objectives* in one call (one clinical checker, not K): it declares their
   names (the ``objectives`` key of its config block, a ``fn.objectives`` attribute, or — for a registered

@@ -7,7 +7,7 @@ heads are read at its last token (transformers' own pooling) and, after an optio
 * a model with one output head (or ``heads`` naming one) is a single-objective reward: one number per sample,
   in the column named by the reward's ``name``;
 * a model with several heads scores one *objective per head* (a dict per sample), named from ``config.id2label``
-  (``head_i`` for transformers' default ``LABEL_i``), so they feed the multi-objective aggregators
+  (``head_i`` for transformers' default ``LABEL_i``), so they feed the multi-objective reward combiners
   (``docs/multi-objective.md``). ``heads`` selects a subset (a list of head names) or selects and renames
   (a mapping ``{head: objective name}``).
 

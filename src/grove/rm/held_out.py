@@ -15,7 +15,7 @@ from grove.infra.precision import autocast
 from grove.rm.agreement import pairwise_preference_report, regression_report
 from grove.rm.reward_splits import Standardization
 from grove.rm.score_batches import pair_rows
-from grove.rm.score_update import ScoreUpdate, sequence_scores
+from grove.rm.score_update import ScoreLoss, sequence_scores
 
 __all__ = ["HeldOutAgreement"]
 
@@ -26,7 +26,7 @@ class HeldOutAgreement:
     units) and the objective's agreement statistics. ``batches``: the held-out examples, whole examples per batch."""
 
     batches: tuple[RolloutBatch, ...]
-    update: ScoreUpdate
+    score_loss: ScoreLoss
     heads: tuple[str, ...]
     scale: Standardization
     bootstrap_samples: int
@@ -36,17 +36,17 @@ class HeldOutAgreement:
         if not self.batches:
             return {}
         device = next(model.parameters()).device
-        with torch.no_grad(), autocast(self.update.precision, device):
+        with torch.no_grad(), autocast(self.score_loss.precision, device):
             scores = torch.cat([sequence_scores(model, batch).float().cpu() for batch in self.batches])
         targets = torch.cat([batch.rewards for batch in self.batches])
         groups = _distinct_groups(self.batches)
-        if self.update.pairwise:
+        if self.score_loss.pairwise:
             count = torch.tensor(float(len(pair_rows(groups)[0])))
         else:
             count = (~torch.isnan(targets)).sum(0).float()
-        loss, _ = self.update.loss(scores, targets, groups, count)
+        loss, _ = self.score_loss.loss(scores, targets, groups, count)
         record = {"held_out_loss": float(loss), "held_out_rows": float(len(torch.unique(groups)))}
-        if self.update.pairwise:
+        if self.score_loss.pairwise:
             chosen, rejected = pair_rows(groups)
             record.update(pairwise_preference_report(scores[chosen, 0], scores[rejected, 0]))
             return record

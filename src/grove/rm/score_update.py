@@ -1,7 +1,7 @@
 """The reward model's update: one optimizer step on a step's examples, accumulated over micro-batches.
 
-It takes the place of :func:`grove.pipeline.update.policy_update` in the trainer's loop (a
-:class:`grove.training.training_stage.TrainingStage` carries its update) and is called the same way. The step's
+:class:`ScoreUpdate` is an :class:`grove.pipeline.update_seam.Updater`, built once per run and called by the trainer's
+loop as the policy's update is; its loss is :class:`ScoreLoss`. The step's
 counts (its pairs, or each head's labels) are summed over the ranks first and every micro-batch's loss is divided by
 them (:mod:`grove.rm.objectives`), so the accumulated gradient is that of the step's mean loss whatever the
 micro-batch size or the number of ranks; each rank's loss is multiplied by the strategy's ``gradient_scale`` (the
@@ -17,18 +17,18 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from grove.batch import RolloutBatch
-from grove.distributed.strategies import Strategy
 from grove.infra.precision import autocast
+from grove.pipeline.loss_token_filter import LossTokenFilter
+from grove.pipeline.update_seam import Coefficients, UpdateContext, UpdateOutcome
 from grove.rm.objectives import bradley_terry_loss, regression_loss
 from grove.rm.score_batches import example_rows, pair_rows
 
-__all__ = ["ScoreUpdate", "sequence_scores"]
+__all__ = ["ScoreLoss", "ScoreUpdate", "sequence_scores"]
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,8 @@ def sequence_scores(model: nn.Module, batch: RolloutBatch) -> Tensor:
 
 
 @dataclass(frozen=True)
-class ScoreUpdate:
-    """The update of a reward model (see the module docstring): ``pairwise`` for Bradley–Terry pairs (with
+class ScoreLoss:
+    """The loss of a reward model (see the module docstring): ``pairwise`` for Bradley–Terry pairs (with
     ``center_rewards_coefficient``), else per-head regression; ``precision`` is ``train.precision``."""
 
     pairwise: bool
@@ -68,39 +68,64 @@ class ScoreUpdate:
         errors = torch.where(present, scores.detach() - torch.nan_to_num(targets), 0.0) ** 2
         return regression_loss(scores, targets, scale.to(scores.device)), {"squared_error_sum": float(errors.sum())}
 
-    def __call__(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, batch: RolloutBatch, parts: Any,
-        schedule: Any, generator: torch.Generator, coefs: Any = None, strategy: Strategy | None = None,
-        trained_tokens: Any = None,
-    ) -> dict[str, float]:
-        """One optimizer step on this rank's share of the step (the policy update's signature; ``parts``,
-        ``generator``, ``coefs`` and ``trained_tokens`` are not used); the step's metrics, over all ranks."""
-        assert strategy is not None
-        world = strategy.world
-        model.train()
+
+class ScoreUpdate:
+    """The reward model's :class:`grove.pipeline.update_seam.Updater`: ``score_loss`` over micro-batches of
+    ``micro_batch_size`` examples, the gradient norm clipped to ``max_grad_norm``, one optimizer step per step."""
+
+    def __init__(
+        self, context: UpdateContext, score_loss: ScoreLoss, micro_batch_size: int, max_grad_norm: float | None
+    ) -> None:
+        self.context = context
+        self.score_loss = score_loss
+        self.micro_batch_size = micro_batch_size
+        self.max_grad_norm = max_grad_norm
+        self.world = context.strategy.world
+
+    def step(self, batch: RolloutBatch, coefficients: Coefficients, tokens: LossTokenFilter) -> UpdateOutcome:
+        """One optimizer step on this rank's share of the step (``coefficients`` and ``tokens`` are the policy's: a
+        score has no tokens to filter); the step's metrics, over all ranks."""
+        self.context.model.train()
         units = example_rows(batch.group_index)
-        if self.pairwise:
+        if self.score_loss.pairwise:
             local_counts = [float(len(units))]
         else:
             local_counts = (~torch.isnan(batch.rewards)).sum(0).double().tolist()
-        counts = torch.tensor(world.sum_floats(local_counts, "update: loss scale"), dtype=torch.float64)
-        size = schedule.micro_batch_size
+        counts = torch.tensor(self.world.sum_floats(local_counts, "update: loss scale"), dtype=torch.float64)
+        scale = counts.float() if not self.score_loss.pairwise else counts[0]
+        self.context.optimizer.zero_grad(set_to_none=True)
+        loss_total, tokens_seen, sums = self._accumulate(batch, units, scale)
+        names = sorted(sums)
+        loss_total, tokens_seen, *summed = self.world.sum_floats(
+            [loss_total, tokens_seen, *(sums[n] for n in names)], "update: metrics"
+        )
+        skipped, grad_norm = self._clipped_step(loss_total)
+        metrics = {
+            "loss": loss_total, "grad_norm": grad_norm, "lr": self.context.scheduler.get_last_lr()[0],
+            "skipped_optimizer_steps": float(skipped), "trained_tokens": tokens_seen,
+        }
+        metrics.update(self._objective_metrics(dict(zip(names, summed, strict=True)), counts))
+        return UpdateOutcome(metrics)
+
+    def _accumulate(
+        self, batch: RolloutBatch, units: list[Tensor], scale: Tensor
+    ) -> tuple[float, float, dict[str, float]]:
+        """This rank's micro-batches' gradients accumulated (with weight-0 passes so that every rank runs as many);
+        their loss, token count and the objective's sums."""
+        model, strategy = self.context.model, self.context.strategy
+        size = self.micro_batch_size
         chunks = [torch.cat(units[i : i + size]) for i in range(0, len(units), size)]
         real = len(chunks)
-        total_chunks = world.max_int(real, "update: micro-batch count")
-        chunks += [chunks[-1]] * (total_chunks - real)
-        scale = counts.float() if not self.pairwise else counts[0]
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer.zero_grad(set_to_none=True)
+        chunks += [chunks[-1]] * (self.world.max_int(real, "update: micro-batch count") - real)
         loss_total, tokens = 0.0, 0.0
         sums: dict[str, float] = {}
         device = next(model.parameters()).device
         for k, rows in enumerate(chunks):
             mb = batch.select(rows).trimmed()
-            with strategy.accumulating(model, sync=k == len(chunks) - 1), world.phase("update: backward"):
-                with autocast(self.precision, device):
+            with strategy.accumulating(model, sync=k == len(chunks) - 1), self.world.phase("update: backward"):
+                with autocast(self.score_loss.precision, device):
                     scores = sequence_scores(model, mb)
-                    loss, stats = self.loss(scores.float(), mb.rewards, mb.group_index, scale)
+                    loss, stats = self.score_loss.loss(scores.float(), mb.rewards, mb.group_index, scale)
                 weight = strategy.gradient_scale if k < real else 0.0
                 (loss * weight if weight != 1.0 else loss).backward()
             if k >= real:
@@ -109,30 +134,30 @@ class ScoreUpdate:
             tokens += float(mb.attention_mask.sum())
             for name, value in stats.items():
                 sums[name] = sums.get(name, 0.0) + value
-        names = sorted(sums)
-        loss_total, tokens, *summed = world.sum_floats([loss_total, tokens, *(sums[n] for n in names)],
-                                                       "update: metrics")
-        sums = dict(zip(names, summed, strict=True))
-        max_norm = schedule.max_grad_norm if schedule.max_grad_norm is not None else float("inf")
-        with world.phase("update: gradient norm"):
-            grad_norm = strategy.clip_grad_norm(params, max_norm)
+        return loss_total, tokens, sums
+
+    def _clipped_step(self, loss_total: float) -> tuple[bool, float]:
+        """Clip the gradient norm and step, unless the loss or the norm is not finite; whether it was skipped, and
+        the norm."""
+        optimizer = self.context.optimizer
+        params = [p for p in self.context.model.parameters() if p.requires_grad]
+        max_norm = self.max_grad_norm if self.max_grad_norm is not None else float("inf")
+        with self.world.phase("update: gradient norm"):
+            grad_norm = self.context.strategy.clip_grad_norm(params, max_norm)
         skipped = not math.isfinite(loss_total) or not math.isfinite(grad_norm)
         if skipped:
             log.warning("non-finite %s: optimizer step skipped", "loss" if not math.isfinite(loss_total) else
                         f"gradient norm ({grad_norm})")
         else:
             optimizer.step()
-            scheduler.step()
+            self.context.scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        metrics = {
-            "loss": loss_total, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
-            "skipped_optimizer_steps": float(skipped), "trained_tokens": tokens,
-        }
-        if self.pairwise:
+        return skipped, grad_norm
+
+    def _objective_metrics(self, sums: dict[str, float], counts: Tensor) -> dict[str, float]:
+        if self.score_loss.pairwise:
             pairs = float(counts[0])
-            metrics.update({"train_pairwise_accuracy": sums["pairs_correct"] / max(pairs, 1.0),
-                            "train_margin_mean": sums["margin_sum"] / max(pairs, 1.0), "trained_pairs": pairs})
-        else:
-            labels = float(counts.sum())
-            metrics.update({"train_mse": sums["squared_error_sum"] / max(labels, 1.0), "trained_labels": labels})
-        return metrics
+            return {"train_pairwise_accuracy": sums["pairs_correct"] / max(pairs, 1.0),
+                    "train_margin_mean": sums["margin_sum"] / max(pairs, 1.0), "trained_pairs": pairs}
+        labels = float(counts.sum())
+        return {"train_mse": sums["squared_error_sum"] / max(labels, 1.0), "trained_labels": labels}

@@ -28,6 +28,7 @@ __all__ = [
     "prompt_preview",
     "release_memory",
     "reusing_prefixes",
+    "rollout_sampling",
 ]
 
 FINISH_REASONS = ("eos", "stop", "length")
@@ -63,6 +64,18 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def rollout_sampling(rollout: Any) -> SamplingParams:
+    """How a run samples its rollouts: the ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens`` and ``stop``
+    strings of a config's ``rollout`` section (:class:`grove.config.sections.RolloutConfig`)."""
+    return SamplingParams(
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        top_k=rollout.top_k,
+        max_new_tokens=rollout.max_new_tokens,
+        stop=tuple(rollout.stop),
+    )
 
 
 @dataclass

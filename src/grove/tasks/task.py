@@ -94,13 +94,14 @@ def require_examples(task: Task, task_id: str, splits: Sequence[str] = ("train",
             )
 
 
-def build_task(spec: str | Any, params: Mapping[str, Any] | BaseModel | None = None) -> Task:
+def build_task(spec: str | Any, params: Mapping[str, Any] | BaseModel | None = None, *, entry: Any = None) -> Task:
     """Build a registered task.
 
     Args:
         spec: the task id (``"arithmetic"``), or a config component with ``.id`` and ``.params``
             (e.g. ``grove.config.ComponentSpec``), in which case ``params`` must be omitted.
         params: the task's parameters (dict or params-model instance), validated against its model.
+        entry: the task's registry entry, where the caller looked it up already (the run's front door).
 
     Raises:
         UnknownComponentError: unknown id (the message lists the known ids).
@@ -114,13 +115,13 @@ def build_task(spec: str | Any, params: Mapping[str, Any] | BaseModel | None = N
                 "build_task: pass params either inside the component spec or separately, not both"
             )
         id, params = spec.id, spec.params
-    builder = TASKS.get(id)  # raises UnknownComponentError listing the known ids
+    entry = entry or TASKS.entry(id)  # raises UnknownComponentError listing the known ids
     values = params.model_dump() if isinstance(params, BaseModel) else dict(params or {})
     try:
-        validated = TASKS.validate_params(id, values)
+        validated = entry.params.model_validate(values)
     except ValidationError as e:
         raise TaskParamsError(f"invalid params for task {id!r}: {e}") from e
-    return builder(validated)
+    return entry.fn(validated)
 
 
 def columns_for_rewards(examples: Sequence[Example]) -> dict[str, list[Any]]:

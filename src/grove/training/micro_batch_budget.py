@@ -69,8 +69,14 @@ class MicroBatchBudget:
             return None
         return max(1, int(AUTO_SHARE * available / self.per_token))
 
-    def note_split(self, batch: RolloutBatch, size: int, budget: int | None, step: int) -> None:
-        """Say once when the budget cuts this step's micro-batches smaller than ``size`` samples."""
+    def __call__(self, batch: RolloutBatch, micro_batch_size: int) -> int | None:
+        """The budget of the update about to run on ``batch`` (:class:`grove.pipeline.update_seam.MicroBatchTokens`),
+        said once when it cuts micro-batches smaller than ``micro_batch_size`` samples."""
+        budget = self.tokens()
+        self._note_split(batch, micro_batch_size, budget)
+        return budget
+
+    def _note_split(self, batch: RolloutBatch, size: int, budget: int | None) -> None:
         if budget is None or self._warned:
             return
         tokens = (batch.prompt_mask.sum(1) + batch.response_lengths).sort(descending=True).values
@@ -79,7 +85,7 @@ class MicroBatchBudget:
             return
         self._warned = True
         log.warning(
-            "step %d: %d samples (train.micro_batch_size) hold up to %d tokens, more than the %d a micro-batch may "
-            "hold (train.micro_batch_tokens%s): the update runs more, smaller micro-batches (the same gradients)",
-            step, size, largest, budget, ": auto, from the memory available" if self.setting == "auto" else "",
+            "%d samples (train.micro_batch_size) hold up to %d tokens, more than the %d a micro-batch may hold "
+            "(train.micro_batch_tokens%s): the update runs more, smaller micro-batches (the same gradients)",
+            size, largest, budget, ": auto, from the memory available" if self.setting == "auto" else "",
         )

@@ -1,6 +1,6 @@
 """The non-finite guard across steps (docs/reliability.md).
 
-Within a step, :func:`grove.pipeline.update.policy_update` skips any optimizer step whose loss or gradient norm
+Within a step, :class:`grove.pipeline.update.PolicyUpdate` skips any optimizer step whose loss or gradient norm
 is not finite, and the trainer skips the whole update when an advantage is not finite
 (:func:`nonfinite_advantage_trajectories`). :class:`NonFiniteGuard` counts the steps whose every optimizer step
 was skipped; ``train.max_skipped_steps`` of them in a row stop the run with :class:`NonFiniteTrainingError`

@@ -7,7 +7,7 @@ generation runs on; plus loading them from and writing them to a checkpoint.
   *before* it is wrapped, so every strategy starts from the same full tensors.
 * Training module: :class:`grove.models.logprob_module.ResponseLogprobModule` around the policy, wrapped by
   :func:`grove.distributed.strategies.wrap_for_training`.
-* Reference policy (β > 0 or a loss reading reference log-probs): with LoRA, the training module itself with
+* Reference policy (when the run needs one: β > 0 or a loss reading reference log-probs): with LoRA, the training module itself with
   its adapters disabled (no second copy); otherwise a second frozen model, sharded like the policy under FSDP2.
 * ``train.compile``: the policy's decoder layers compiled (:mod:`grove.models.compiled_layers`) after the
   generation copy is taken, so generation stays eager.
@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from grove.batch import RolloutBatch
 from grove.config import ConfigError, GroveConfig
-from grove.config.derived import generates_from_bf16_copy, needs_reference_model
+from grove.config.derived import generates_from_bf16_copy
 from grove.distributed.checkpoint_state import gather_full_model_state
 from grove.distributed.strategies import Strategy, shard_fully, wrap_for_training
 from grove.distributed.world import World
@@ -39,6 +39,7 @@ from grove.models.initial_weights import policy_source
 from grove.models.logprob_module import ResponseLogprobModule, response_logprobs
 from grove.models.lora import adapters_disabled, apply_lora, load_adapter_weights, save_adapter
 from grove.models.pretrained import load_policy
+from grove.resolve import ModelNeeds
 from grove.rollout.generation_weights import GenerationWeights
 from grove.rollout.prepacked_linear import prepacking_supported
 from grove.rollout_engines import engine_choice
@@ -162,7 +163,9 @@ def build_generation_weights(
     return None
 
 
-def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None) -> PolicyModels:
+def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None, needs: ModelNeeds) -> PolicyModels:
+    """The policy's models for ``world`` (see the module docstring), with what the run ``needs`` besides the policy
+    (:class:`grove.resolve.ModelNeeds`, from the front door)."""
     dtype = getattr(torch, cfg.model.dtype)
     source = policy_source(cfg.model.name, cfg.model.init_from)
     causal_lm, tokenizer = load_policy(source, dtype=dtype)
@@ -187,7 +190,7 @@ def build_policy_models(cfg: GroveConfig, world: World, resume_from: Path | None
         ResponseLogprobModule(causal_lm, cfg.train.packed_attention), cfg.distributed.strategy, world
     )
     reference = None
-    if needs_reference_model(cfg):  # β = 0 loads none, unless the policy loss reads ref_logprobs
+    if needs.reference:  # β = 0 loads none, unless the policy loss reads the reference log-probs
         if lora:
             reference = train_module
         else:

@@ -1,22 +1,22 @@
 """``grove train``: reinforcement learning as a :class:`grove.training.training_stage.TrainingStage`.
 
 The experience source the config selects (``experience_source``: completions of a task, or environment episodes),
-the credit assignment of :mod:`grove.pipeline.credit` with the configured estimator and reward aggregator, the
-batch stages and the loss of :func:`grove.resolve.resolve_components`, and the KL and entropy controllers.
+the credit assignment of :mod:`grove.pipeline.credit` with the configured estimator and reward combiner, the
+batch stages, loss and token filter the front door resolved (:attr:`grove.resolve.RunPlan.components`), and the KL
+and entropy controllers.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from grove.config import ConfigError, GroveConfig
 from grove.distributed.world import World
 from grove.experience import SourceContext, build_experience_source
 from grove.pipeline.coefficients import EntropyController, KLController
 from grove.pipeline.credit import CreditAssignment
 from grove.pipeline.step_coefficients import ControlledCoefficients
-from grove.pipeline.update import UpdateSchedule
-from grove.resolve import resolve_components
+from grove.pipeline.update_seam import UpdateSchedule
+from grove.resolve import RunPlan
 from grove.training.policy_models import PolicyModels, build_policy_models
 from grove.training.training_stage import StageInputs, TrainingStage
 
@@ -26,46 +26,34 @@ __all__ = ["ReinforcementLearning"]
 class ReinforcementLearning:
     """The :class:`grove.training.training_stage.StageKind` of ``grove train``."""
 
-    def check(self, cfg: GroveConfig, world: World) -> None:
-        if cfg.train.prompts_per_step < world.size:
-            raise ConfigError(
-                f"train.prompts_per_step ({cfg.train.prompts_per_step}) is smaller than the number of processes "
-                f"({world.size}); each rank needs at least one prompt group: raise it or launch fewer processes"
-            )
-
-    def models_config(self, cfg: GroveConfig) -> GroveConfig:
-        return cfg
-
-    def build_models(self, cfg: GroveConfig, world: World, resume_from: Path | None) -> PolicyModels:
-        return build_policy_models(self.models_config(cfg), world, resume_from)
+    def build_models(self, plan: RunPlan, world: World, resume_from: Path | None) -> PolicyModels:
+        return build_policy_models(plan.cfg, world, resume_from, plan.model_needs)
 
     def build(self, inputs: StageInputs) -> TrainingStage:
         cfg, models, t, a = inputs.cfg, inputs.models, inputs.cfg.train, inputs.cfg.algorithm
-        components = resolve_components(cfg)
+        components = inputs.plan.components
         loss = components.loss
         coefficients = ControlledCoefficients(
             kl=KLController(a.kl.coef, a.kl.adaptive, a.kl.target, a.kl.horizon),
             entropy=EntropyController(a.entropy.coef, a.entropy.target, a.entropy.step, a.entropy.max_coef),
             kl_in_loss=a.kl.placement == "loss",
-            total_steps=t.steps,
-            token_keep_ratio=cfg.selection.tokens.ratio if cfg.selection.tokens else None,
             kl_in_reward_estimator=components.kl_in_reward_estimator,
         )
         source = build_experience_source(
-            SourceContext(cfg=cfg, engine=inputs.engine, tokenizer=models.tokenizer, generator=inputs.generator,
-                          scoring=components.scoring, world=inputs.world)
+            SourceContext(plan=inputs.plan, engine=inputs.engine, tokenizer=models.tokenizer,
+                          generator=inputs.generator, world=inputs.world)
         )
         credit = CreditAssignment(
             advantage_fn=components.advantage_fn,
             advantage_params=components.advantage_params,
-            aggregator=components.aggregator,
-            aggregator_params=components.aggregator_params,
+            combiner=components.combiner,
+            combiner_params=components.combiner_params,
             reference=models.reference_logprobs(loss.forward, loss.temperature),
             kl_in_reward=coefficients.kl_in_reward,
             world=inputs.world,
             pad_token_id=inputs.engine.pad_token_id,
             samples_per_step=cfg.logging.samples_per_step,
-            accuracy_reward=cfg.accuracy_reward_name,
+            accuracy_reward=inputs.plan.accuracy_reward,
         )
         return TrainingStage(
             label="train",
@@ -80,4 +68,5 @@ class ReinforcementLearning:
             ),
             coefficients=coefficients,
             eval_every=cfg.eval.every,
+            token_filter=components.token_filter,
         )

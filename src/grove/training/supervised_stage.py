@@ -17,16 +17,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grove.config import ConfigError, GroveConfig
+from grove.config import GroveConfig
 from grove.distributed.world import World
 from grove.experience import SourceContext, build_experience_source
 from grove.experience.demonstrations import DemonstrationSource
-from grove.pipeline.update import LossComponents
-from grove.registry import LOSS_AGGREGATIONS, POLICY_LOSSES, NoParams
+from grove.resolve import RunPlan
 from grove.rollout.engine import context_length
 from grove.sft.splits import load_splits
 from grove.training.policy_models import PolicyModels, build_policy_models
-from grove.training.training_stage import StageInputs, TrainingStage, stored_example_stage
+from grove.training.training_stage import (
+    StageInputs,
+    TrainingStage,
+    stored_example_loss,
+    stored_example_stage,
+)
 
 __all__ = ["SupervisedFineTuning", "evaluates_policy"]
 
@@ -46,29 +50,9 @@ def evaluates_policy(cfg: GroveConfig) -> bool:
 class SupervisedFineTuning:
     """The :class:`grove.training.training_stage.StageKind` of ``grove sft``."""
 
-    def check(self, cfg: GroveConfig, world: World) -> None:
-        if cfg.sft is None:
-            raise ConfigError(
-                "grove sft needs an `sft` section naming its data, e.g. sft: {data: [demos.jsonl]} (docs/warm-start.md)"
-            )
-        if cfg.sft.batch_size < world.size:
-            raise ConfigError(
-                f"sft.batch_size ({cfg.sft.batch_size}) is smaller than the number of processes ({world.size}); "
-                "each rank needs at least one example per step: raise it or launch fewer processes"
-            )
-
-    def models_config(self, cfg: GroveConfig) -> GroveConfig:
-        """No reference model and no KL term: the policy models of the ``nll`` loss."""
-        algorithm = cfg.algorithm.model_copy(
-            update={
-                "kl": cfg.algorithm.kl.model_copy(update={"coef": 0.0}),
-                "policy_loss": cfg.algorithm.policy_loss.model_copy(update={"id": "nll", "params": {}}),
-            }
-        )
-        return cfg.model_copy(update={"algorithm": algorithm})
-
-    def build_models(self, cfg: GroveConfig, world: World, resume_from: Path | None) -> PolicyModels:
-        return build_policy_models(self.models_config(cfg), world, resume_from)
+    def build_models(self, plan: RunPlan, world: World, resume_from: Path | None) -> PolicyModels:
+        """The policy's models; the ``nll`` loss needs no reference model (:attr:`grove.resolve.RunPlan.model_needs`)."""
+        return build_policy_models(plan.cfg, world, resume_from, plan.model_needs)
 
     def build(self, inputs: StageInputs) -> TrainingStage:
         cfg, models, world = inputs.cfg, inputs.models, inputs.world
@@ -81,25 +65,16 @@ class SupervisedFineTuning:
         evaluating = evaluates_policy(cfg)
         policy_evaluation = None
         if evaluating and world.is_main:
-            policy_evaluation = build_experience_source(SourceContext.for_evaluation(cfg, inputs.engine, tokenizer))
+            policy_evaluation = build_experience_source(
+                SourceContext.for_evaluation(inputs.plan, inputs.engine, tokenizer)
+            )
         packs = sft.packing and cfg.train.forward == "packed"
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         source = DemonstrationSource(
             splits, sft.batch_size, cfg.seed, int(pad), world=world,
             pack_length=(sft.pack_length or 0) if packs else None, policy_evaluation=policy_evaluation,
         )
-        loss = LossComponents(
-            policy_loss=POLICY_LOSSES.get("nll"),
-            policy_params=NoParams(),
-            loss_aggregation=LOSS_AGGREGATIONS.get("token_mean"),
-            kl_estimator=None,
-            temperature=1.0,
-            max_response_length=max_length,
-            logit_cache_bytes=int(cfg.train.logit_cache_mb * 2**20),
-            forward=cfg.train.forward,
-            precision=cfg.train.precision,
-            rollout_metrics=False,
-        )
+        loss = stored_example_loss(inputs.plan, max_length, forward=cfg.train.forward)
         steps = sft.total_steps(len(splits.train))
         return stored_example_stage(
             cfg, "sft", steps, source, loss, sft.eval_every,

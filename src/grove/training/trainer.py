@@ -1,77 +1,51 @@
 """The training loop, one for every kind of run.
 
     collect (the stage's experience source) → credit → stages (D^3S rollouts, trajectory weights, old log-probs,
-      rollout correction) → update (μ epochs × mini-batches × micro-batches of the stage's loss, clip, AdamW)
+      rollout correction) → update (the stage's updater with the step's coefficients and loss-token filter)
       → metrics → periodic evaluation and checkpoint
 
-What differs between reinforcement learning (``grove train``), supervised fine-tuning (``grove sft``) and
-reward-model training (``grove rm``) is a :class:`grove.training.training_stage.TrainingStage` built once (its
-source, credit, batch stages, loss, update, schedule, coefficients and held-out evaluation) from models its
-:class:`grove.training.training_stage.StageKind` builds; every algorithm choice in it is a registry lookup resolved once
-(:func:`grove.resolve.resolve_components`), and the loop itself has no per-algorithm branches. Under ``torchrun``
-every rank runs this same loop on its share of the step's groups (:mod:`grove.distributed`); an RL step's batch is
-gathered before advantages, the update reduces gradients across ranks, and rank 0 alone writes logs, evaluations
-and checkpoints.
+A run is checked and resolved once by the front door (:func:`grove.resolve.resolve` → :class:`grove.resolve.RunPlan`)
+and built by :func:`grove.training.run_building.build_run`: what differs between reinforcement learning
+(``grove train``), supervised fine-tuning (``grove sft``) and reward-model training (``grove rm``) is the
+:class:`grove.training.training_stage.TrainingStage` built there (its source, credit, batch stages, loss, update,
+schedule, coefficients, token filter and held-out evaluation). This module holds the loop (:meth:`Trainer.train_step`,
+:meth:`Trainer.evaluate`, :meth:`Trainer.run`), which has no per-algorithm branches. Under ``torchrun`` every rank
+runs this same loop on its share of the step's groups (:mod:`grove.distributed`); an RL step's batch is gathered
+before advantages, the update reduces gradients across ranks, and rank 0 alone writes logs, evaluations and
+checkpoints.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import random
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
-from rich.console import Console
 
 from grove.batch import RolloutBatch
-from grove.config import ConfigError, GroveConfig
-from grove.config.derived import generates_from_bf16_copy, generation_rollout
-from grove.distributed.world import World, derived_seed, init_world
+from grove.config import GroveConfig
+from grove.distributed.world import World, init_world
 from grove.evaluation.evaluate import EvalResult
 from grove.evaluation.stats import describe_sampled
 from grove.infra import checkpoint as ckpt
 from grove.infra import fault_points
-from grove.infra.heartbeat import Heartbeat
-from grove.infra.precision import autocast, slow_bf16_warning
+from grove.infra.precision import autocast
 from grove.infra.progress import TrainProgress
-from grove.infra.run_logs import NullRunLogger, RunLogger
-from grove.infra.runtime import configure_runtime, release_host_memory
-from grove.infra.shared_cpu import CoreShare
+from grove.infra.runtime import release_host_memory
 from grove.pipeline.batch_stages import StageBatch, StageContext
-from grove.pipeline.token_details import TokenDetailsRecorder
-from grove.pipeline.update import policy_update
-from grove.resolve import check_config
-from grove.rollout_engines import build_rollout_engine
-from grove.training.micro_batch_budget import MicroBatchBudget
-from grove.training.nonfinite_guard import NonFiniteGuard, nonfinite_advantage_trajectories
-from grove.training.optim import build_optimizer
-from grove.training.preflight import preflight
-from grove.training.reinforcement_stage import ReinforcementLearning
-from grove.training.reward_model_stage import RewardModelTraining
-from grove.training.run_checkpoint import (
-    RunState,
-    prepare_run_dir,
-    record_resumed_config,
-    restore_run_checkpoint,
-    save_run_checkpoint,
-    take_run_directory,
-)
+from grove.pipeline.update_seam import UpdateOutcome
+from grove.resolve import RunKind, RunPlan, resolve
+from grove.training.nonfinite_guard import nonfinite_advantage_trajectories
+from grove.training.run_building import STAGE_KINDS, build_run, seed_everything
+from grove.training.run_checkpoint import save_run_checkpoint
 from grove.training.stop_signals import StopRequests
-from grove.training.supervised_stage import SupervisedFineTuning
-from grove.training.training_stage import StageInputs, StageKind
+
+__all__ = ["STAGE_KINDS", "TrainSummary", "Trainer", "seed_everything"]
 
 log = logging.getLogger(__name__)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 @dataclass
@@ -82,100 +56,31 @@ class TrainSummary:
     stopped_by: str | None = None  # the signal that stopped the run early (SIGTERM, SIGINT), if one did
 
 
-#: the kinds of run, by the command that starts them
-STAGE_KINDS: dict[str, StageKind] = {
-    "train": ReinforcementLearning(), "sft": SupervisedFineTuning(), "rm": RewardModelTraining(),
-}
-
-
 class Trainer:
-    """A run of ``kind`` (:data:`STAGE_KINDS`: ``train``, reinforcement learning; ``sft``, supervised fine-tuning;
-    ``rm``, reward-model training) on ``cfg`` in ``run_dir``."""
+    """A run of ``plan`` in ``run_dir``: a :class:`grove.resolve.RunPlan`, or a config that the front door resolves
+    here for ``kind`` (``train``, reinforcement learning; ``sft``, supervised fine-tuning; ``rm``, reward-model
+    training). ``world``: the processes it runs in (default: the config's device, one process)."""
 
     def __init__(
-        self, cfg: GroveConfig, run_dir: Path, *, resume: bool = False, world: World | None = None, kind: str = "train"
+        self, plan: RunPlan | GroveConfig, run_dir: Path, *, resume: bool = False, world: World | None = None,
+        kind: RunKind = "train",
     ) -> None:
-        self.cfg = cfg
-        self.run_dir = run_dir
-        # no world given (the Python API): the config's device in one process, as `grove train` places it
+        cfg = plan.cfg if isinstance(plan, RunPlan) else plan
         self.world = world or init_world(cfg.distributed.timeout_seconds, cfg.distributed.device)
-        stage_kind = STAGE_KINDS[kind]
-        stage_kind.check(cfg, self.world)
-        check_config(cfg)  # a config built in code gets the checks a loaded one had
-        preflight(cfg)  # user code and model names resolve before anything is written or loaded
-        self._run_lock = take_run_directory(run_dir, self.world, resume)  # one process at a time, for the run's life
-        try:
-            self._build(cfg, run_dir, resume, stage_kind)
-        except BaseException:
-            self._run_lock.release()
-            raise
-
-    def _build(self, cfg: GroveConfig, run_dir: Path, resume: bool, stage_kind: StageKind) -> None:
-        self.console = Console(stderr=True, quiet=not self.world.is_main)
-        # a line now and then in a long quiet phase, wherever stderr goes (rank 0)
-        self.heartbeat = Heartbeat(cfg.logging.heartbeat_seconds if self.world.is_main else 0.0,
-                                   lambda line: self.console.print(line, markup=False, highlight=False))
-        start = prepare_run_dir(cfg, run_dir, self.world, resume)
-        self.resume_from = start.checkpoint
-        configure_runtime(**cfg.runtime_settings())
-        # on a CPU shared with other processes, torch's threads follow the free cores (threads: null, one process)
-        on_cpu = self.world.device.type == "cpu"
-        self.core_share = CoreShare(follow=cfg.threads is None and not self.world.distributed, watch=on_cpu)
-        slow_bf16 = slow_bf16_warning(cfg.train.precision, generates_from_bf16_copy(cfg), self.world.device)
-        if slow_bf16 is not None and self.world.is_main:
-            log.warning("warning: %s", slow_bf16)
-        seed_everything(cfg.seed)
-
-        self.models = stage_kind.build_models(cfg, self.world, self.resume_from)
-        self.model, self.tokenizer = self.models.train_module, self.models.tokenizer
-        self.generator = torch.Generator().manual_seed(derived_seed(cfg.seed, self.world.rank))
-        self._inputs = StageInputs(
-            cfg, run_dir, self.models,
-            lambda: build_rollout_engine(generation_rollout(cfg), self.models.generation_model, self.tokenizer),
-            self.world, self.generator,
-        )
-        self.stage = stage_kind.build(self._inputs)
-        if self.stage.exports_model and cfg.checkpoint.format == "sharded":
-            raise ConfigError(
-                "checkpoint.format: sharded cannot be used here: this run writes RUN_DIR/model/ from its last "
-                "checkpoint, which needs a full one; set checkpoint.format: full"
-            )
-        self.source, self.loss_parts = self.stage.source, self.stage.loss
-        self.schedule = self.stage.schedule
-        self.micro_batch_budget = MicroBatchBudget(
-            cfg.train.micro_batch_tokens, self.models.causal_lm, getattr(self.loss_parts, "precision", "fp32"),
-            cfg.train.activation_checkpointing, self.world.device,
-        )
-        self.optimizer, self.scheduler = build_optimizer(
-            self.model, cfg.optim, self.stage.optimizer_steps, seed=cfg.seed
-        )
-        self.state = RunState(
-            self.models, self.optimizer, self.scheduler, self.source, self.generator,
-            self.stage.coefficients.controllers, self.world, cfg.seed, cfg.checkpoint.format == "sharded",
-        )
-        self.step = 0 if self.resume_from is None else restore_run_checkpoint(self.resume_from, self.state)
-        record_resumed_config(cfg, run_dir, start, self.world)
-        self.nonfinite_guard = NonFiniteGuard(
-            cfg.train.max_skipped_steps, self.schedule.ppo_epochs * self.schedule.mini_batches, run_dir
-        )
-        # resuming keeps the log records up to the checkpoint's step; a run killed before its first
-        # checkpoint starts over, so none of its records are kept (step -1)
-        resume_step = None if not resume else (self.step if self.resume_from is not None else -1)
-        self.logger = (
-            RunLogger(run_dir, tensorboard=cfg.logging.tensorboard, resume_step=resume_step)
-            if self.world.is_main
-            else NullRunLogger()
-        )
-        details = cfg.logging.token_details
-        self.token_details = TokenDetailsRecorder(
-            details.every if self.stage.records_token_details else 0, details.max_samples, self.loss_parts,
-            self.tokenizer, self.logger.log_token_details,
-        )
+        if not isinstance(plan, RunPlan) or plan.world_size != self.world.size:
+            plan = resolve(cfg, kind if not isinstance(plan, RunPlan) else plan.kind, world_size=self.world.size)
+        built = build_run(plan, run_dir, self.world, resume)
+        self.built = built
+        self.plan, self.cfg, self.run_dir = plan, plan.cfg, run_dir
+        self.stage, self.models, self.source = built.stage, built.models, built.stage.source
+        self.model, self.tokenizer = built.models.train_module, built.models.tokenizer
+        self.step, self.resume_from = built.step, built.resume_from
+        self.logger, self.heartbeat, self.console = built.logger, built.heartbeat, built.console
 
     @property
     def engine(self):
         """The rollout engine of the run (built on first use)."""
-        return self._inputs.engine
+        return self.built.inputs.engine
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, final: bool = False) -> EvalResult | None:
@@ -214,7 +119,7 @@ class Trainer:
         total = tokens = 0.0
         with autocast(self.cfg.train.precision, self.world.device):
             for batch in self.stage.held_out:
-                logprobs = self.models.logprobs(self.model, batch, self.loss_parts.forward, 1.0)
+                logprobs = self.models.logprobs(self.model, batch, self.stage.loss.forward, 1.0)
                 mask = batch.loss_mask.to(logprobs.dtype)
                 total -= float((logprobs * mask).sum())
                 tokens += float(mask.sum())
@@ -247,9 +152,11 @@ class Trainer:
         return staged.select(own)
 
     def _stage_context(self) -> StageContext:
+        loss = self.stage.loss
+
         def old_logprobs(batch: RolloutBatch) -> torch.Tensor:
             with autocast(self.cfg.train.precision, self.world.device):
-                return self.models.logprobs(self.model, batch, self.loss_parts.forward, self.loss_parts.temperature)
+                return self.models.logprobs(self.model, batch, loss.forward, loss.temperature)
 
         return StageContext(self.step, self.stage.steps, self.world, old_logprobs)
 
@@ -262,7 +169,7 @@ class Trainer:
         fault_points.reached("generation", self.step)
         if stage.generates_each_step:
             self.models.release_generation_weights()  # the update runs without the generation copy
-            self._inputs.release_engine_memory()  # nor a large static KV cache
+            self.built.inputs.release_engine_memory()  # nor a large static KV cache
             release_host_memory()  # generation's freed KV cache goes back to the OS before the update
         context = self._stage_context()
         staged = stage.stages.run_whole_step(StageBatch.of(exp), context)  # D^3S's rollouts, trajectory weights
@@ -273,17 +180,13 @@ class Trainer:
         staged = stage.stages.run_this_rank(staged, context)  # old log-probs recomputed, rollout correction
         batch, source_rows = staged.batch, staged.rows
         coefs = stage.coefficients.at(self.step)
-        token_details = self.token_details.capture(self.step, self.model, batch, source_rows)  # before the update
+        token_details = self.built.token_details.capture(self.step, self.model, batch, source_rows)  # before the update
         if nonfinite_advantages:  # the guard of docs/reliability.md: no update from these advantages
-            update = {"skipped_optimizer_steps": float(self.schedule.ppo_epochs * self.schedule.mini_batches)}
+            skipped = stage.schedule.ppo_epochs * stage.schedule.mini_batches
+            outcome = UpdateOutcome({"skipped_optimizer_steps": float(skipped)})
         else:
-            budget = self.micro_batch_budget.tokens()  # tokens a micro-batch may hold (memory available now)
-            self.micro_batch_budget.note_split(batch, self.schedule.micro_batch_size, budget, self.step)
-            schedule = dataclasses.replace(self.schedule, micro_batch_tokens=budget)
-            update = (stage.update or policy_update)(
-                self.model, self.optimizer, self.scheduler, batch, self.loss_parts, schedule, self.generator,
-                coefs, self.models.strategy, token_details.trained_tokens,
-            )
+            outcome = self.built.updater.step(batch, coefs, stage.token_filter.at(self.step))
+        update = outcome.metrics
         fault_points.reached("update", self.step)
         if stage.generates_each_step:
             with self.world.phase("update: refresh the generation weights"):
@@ -306,7 +209,7 @@ class Trainer:
             }
         )
         self.logger.log_samples(self.step, exp.samples)
-        metrics.update(token_details.write())  # rank 0 writes its own rows (the other ranks' logger writes nothing)
+        metrics.update(token_details.write(outcome.trained_mask))  # rank 0 writes its own rows (the other ranks' logger writes nothing)
         return metrics
 
     # ------------------------------------------------------------------ the loop
@@ -315,7 +218,7 @@ class Trainer:
         try:
             return self._run()
         finally:
-            self._run_lock.release()
+            self.built.lock.release()
 
     def _run(self) -> TrainSummary:
         cfg, stage = self.cfg, self.stage
@@ -356,16 +259,16 @@ class Trainer:
         with progress:
             while self.step < stage.steps:
                 self.step += 1
-                threads = self.core_share.before_step(self.step)
+                threads = self.built.core_share.before_step(self.step)
                 with self.heartbeat.phase(f"step {self.step}"):
                     metrics = self.train_step()
                 metrics["cpu_threads"] = float(threads)
                 metrics["elapsed_seconds"] = time.perf_counter() - loop_start
-                self.nonfinite_guard.observe(metrics)
+                self.built.nonfinite_guard.observe(metrics)
                 self.logger.log_step(self.step, metrics)
                 progress.update(self.step, metrics)
                 self.heartbeat.touch()
-                self.nonfinite_guard.check(self.step)
+                self.built.nonfinite_guard.check(self.step)
                 out_of_time = budget is not None and metrics["elapsed_seconds"] >= budget
                 stopping = self.world.any(stop.requested, "stop request")  # a signal on any rank stops them all
                 last = self.step == stage.steps or out_of_time or stopping
@@ -376,7 +279,7 @@ class Trainer:
                         progress.note(f"step {self.step}: held-out {result.report}" + (f"; {sampled}" if sampled else ""))
                         self.heartbeat.touch()
                 if (cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0) or last:
-                    save_run_checkpoint(self.run_dir, self.step, self.state, cfg.checkpoint.keep_last)
+                    save_run_checkpoint(self.run_dir, self.step, self.built.state, cfg.checkpoint.keep_last)
                 if stopping:
                     self.logger.close()
                     return TrainSummary(self.run_dir, self.step, time.perf_counter() - start, stop.signal_name or "signal")

@@ -9,7 +9,7 @@ One module per family, each registering its estimators on import:
 * :mod:`~grove.core.advantages.passk`: ``grpo_passk``, ``passk_analytic``;
 * :mod:`~grove.core.advantages.bnpo`: ``bnpo``;
 * :mod:`~grove.core.advantages.remax`: ``remax`` (greedy-completion baseline);
-* :mod:`~grove.core.advantages.passthrough`: ``score_as_advantage`` (aggregators that already normalise, GDPO);
+* :mod:`~grove.core.advantages.passthrough`: ``score_as_advantage`` (reward combiners that already normalise, GDPO);
 * :mod:`~grove.core.advantages.gigpo`: ``gigpo``, ``episode_grpo``, ``step_discounted_return`` (agent
   experience: per-step credit from the step table ``batch.steps``);
 * :mod:`~grove.core.advantages.step_grpo`: ``step_grpo`` (R1-Router's Step-GRPO: step-specific rewards

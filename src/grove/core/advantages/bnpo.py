@@ -16,7 +16,7 @@ from grove.core.advantages.common import check_scores
 from grove.core.advantages.group_norm import NormConfig, normalize_scores
 from grove.core.segments import broadcast, dense_index, segment_count, segment_mean
 from grove.core.token_ops import per_token
-from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.registry import ADVANTAGE_ESTIMATORS, Requires
 
 
 class BNPOParams(BaseModel):
@@ -59,7 +59,7 @@ def beta_parameters(p: Tensor) -> tuple[Tensor, Tensor]:
     params=BNPOParams,
     paper=papers.BNPO,
     summary="Group-mean baseline weighted by 1 / Beta pdf of the pass rate.",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="s = (r - min)/(max - min), p_g = mean_g(s), A_i = clamp(1 / Beta_pdf(p_g; alpha, beta), 0, max_weight) (s_i - p_g)",
     reference="authors' code, changyi7231/BNPO recipe/bnpo/src/bnpo_ray_trainer.py::compute_bnpo_outcome_advantage",
 )

@@ -9,7 +9,7 @@ its episode and step parts separately).
 For agent experience, ``scores[i]`` is the *episode score* of sample ``i``'s trajectory (the sum of its
 environment rewards minus the penalties charged to the steps the sample holds), and the per-step
 rewards, penalties, turn numbers and anchor groups are in ``batch.steps`` (estimators that read them
-register with ``requires=("steps",)``). An estimator that compares each sample with the other samples of its group
+register with ``requires=(Requires.STEPS,)``). An estimator that compares each sample with the other samples of its group
 registers with ``"groups"`` in ``requires``; the config refuses ``train.completions_per_prompt: 1`` for it (a lone
 sample has nothing to be compared with).
 """

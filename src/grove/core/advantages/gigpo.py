@@ -52,7 +52,7 @@ from grove.core.advantages.step_table_ops import (
     steps_to_tokens,
 )
 from grove.core.segments import dense_index, segment_discounted_returns
-from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.registry import ADVANTAGE_ESTIMATORS, Requires
 
 __all__ = [
     "EpisodeGRPOParams",
@@ -126,7 +126,7 @@ class GiGPOParams(EpisodeGRPOParams):
 
 
 # --------------------------------------------------------------------------- per-step quantities
-def _rewards(steps: StepTable, penalty: Penalty, score: EpisodeScore = "return") -> tuple[Tensor, Tensor]:
+def _rewards(steps: StepTable, *, penalty: Penalty, score: EpisodeScore = "return") -> tuple[Tensor, Tensor]:
     """The rewards that are discounted and summed (the outcomes with ``score="outcome"``), and the penalty left to
     subtract afterwards (float64)."""
     reward = (steps.column("outcome") if score == "outcome" else steps.reward).to(torch.float64)
@@ -137,7 +137,7 @@ def _rewards(steps: StepTable, penalty: Penalty, score: EpisodeScore = "return")
 
 
 def step_episode_scores(
-    steps: StepTable, penalty: Penalty = "after_returns", score: EpisodeScore = "return"
+    steps: StepTable, *, penalty: Penalty = "after_returns", score: EpisodeScore = "return"
 ) -> Tensor:
     """``[S]`` float64: each step's episode score, the sum of its trajectory's rewards minus the penalty.
 
@@ -145,20 +145,20 @@ def step_episode_scores(
     ``sum_k (r_k - p_k)``, every penalty of the trajectory, the same for all its steps. With
     ``score="outcome"`` the reported outcomes ``o_k`` (the step table's ``outcome`` column) take the place of the rewards.
     """
-    reward, charge = _rewards(steps, penalty, score)
+    reward, charge = _rewards(steps, penalty=penalty, score=score)
     trajectory, num = dense_index(steps.trajectory)
     total = reward.new_zeros(num).index_add(0, trajectory, reward)
     return total[trajectory] - charge
 
 
-def step_returns(steps: StepTable, gamma: float, penalty: Penalty = "after_returns") -> Tensor:
+def step_returns(steps: StepTable, *, gamma: float, penalty: Penalty = "after_returns") -> Tensor:
     """``[S]`` float64: ``R_t = r_t + gamma R_{t+1}`` along each trajectory (by turn), minus the penalty.
 
     ``after_returns`` (verl-agent): ``R_t`` of the env rewards, then ``- p_t`` (not discounted backwards);
     ``in_reward``: ``R_t`` of ``r_t - p_t``.
     """
-    reward, charge = _rewards(steps, penalty)
-    return segment_discounted_returns(reward, steps.trajectory, steps.index, gamma) - charge
+    reward, charge = _rewards(steps, penalty=penalty)
+    return segment_discounted_returns(reward, steps.trajectory, steps.index, gamma=gamma) - charge
 
 
 def episode_advantages(
@@ -178,7 +178,7 @@ def episode_advantages(
     once with the score of its first step, the row verl-agent sees first). A group with one member: mean
     0, std 1; a group of equal scores: 0.
     """
-    score = step_episode_scores(steps, penalty, episode_score)
+    score = step_episode_scores(steps, penalty=penalty, score=episode_score)
     group, num = dense_index(steps.group)
     members = first_steps(steps) if episode_statistics == "trajectories" else None
     return normalize_within(
@@ -197,7 +197,7 @@ def step_advantages(
 ) -> Tensor:
     """``[S]`` float64: GiGPO's step advantage ``A^S`` (verl-agent ``step_norm_reward``): each step's
     discounted return normalised over its anchor group; a lone step in its anchor group gets 0."""
-    returns = step_returns(steps, gamma, penalty)
+    returns = step_returns(steps, gamma=gamma, penalty=penalty)
     anchor, num = dense_index(steps.anchor)
     return normalize_within(returns, anchor, num, mode=mode, eps=eps, unbiased=unbiased_std, lone="zero")
 
@@ -208,7 +208,7 @@ def step_advantages(
     params=GiGPOParams,
     paper=papers.GIGPO,
     summary="Episode-level group advantage plus anchor-state step-level advantage of discounted returns (agents).",
-    requires=("steps",),
+    requires=(Requires.STEPS,),
     step_columns=("outcome",),  # read with episode_score: outcome
     formula=(
         "A_t = (s_t - mean_g) [/ (std_g + eps)] + omega (R_t - mean_a) [/ (std_a + eps)], "
@@ -235,7 +235,7 @@ def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> Advantage
     params=EpisodeGRPOParams,
     paper=papers.GIGPO,
     summary="GiGPO's episode-level advantage alone: GRPO over the trajectories of an env group (agents).",
-    requires=("steps", "groups"),
+    requires=(Requires.STEPS, Requires.GROUPS),
     step_columns=("outcome",),  # read with episode_score: outcome
     formula="A_t = (s_t - mean_g) [/ (std_g + eps)], s_t = sum_k r_k - p_t (= gigpo with omega = 0)",
     reference="verl-agent gigpo/core_gigpo.py::episode_norm_reward (796ed31)",
@@ -253,7 +253,7 @@ def episode_grpo(batch: RolloutBatch, scores: Tensor, params: EpisodeGRPOParams)
     params=StepReturnParams,
     paper=papers.GIGPO,
     summary="Baseline for GiGPO: each step's discounted return normalised over all steps of its env group, no anchors.",
-    requires=("steps",),
+    requires=(Requires.STEPS,),
     formula="A_t = (R_t - mean_g) [/ (std_g + eps)], R_t = r_t + gamma R_{t+1} - p_t, over the steps of env group g",
     reference="GiGPO's step returns (verl-agent compute_step_discounted_returns) with env-group statistics",
 )
@@ -261,7 +261,7 @@ def step_discounted_return(batch: RolloutBatch, scores: Tensor, params: StepRetu
     """Discounted step returns normalised over the env group: a step-level baseline without anchor states."""
     steps = require_steps(batch, "step_discounted_return")
     dtype = step_output_dtype(check_scores(batch, scores), steps)
-    returns = step_returns(steps, params.gamma, params.penalty)
+    returns = step_returns(steps, gamma=params.gamma, penalty=params.penalty)
     group, num = dense_index(steps.group)
     a_step = normalize_within(
         returns, group, num, mode=params.mode, eps=params.eps, unbiased=params.unbiased_std, lone="raw"

@@ -18,7 +18,7 @@ from grove.core import papers
 from grove.core.advantages.common import check_scores
 from grove.core.advantages.group_norm import NormConfig, normalize_scores
 from grove.core.token_ops import per_token
-from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.registry import ADVANTAGE_ESTIMATORS, Requires
 
 
 class GPGParams(BaseModel):
@@ -42,7 +42,7 @@ class GPGParams(BaseModel):
     params=GPGParams,
     paper=papers.GPG,
     summary="Group-mean baseline scaled by the valid-sample factor alpha.",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="A_i = alpha (r_i - mean_g) / f_norm, alpha = N / max(M, 1)",
     reference="verl compute_gpg_outcome_advantage (alpha: nonzero_reward)",
 )

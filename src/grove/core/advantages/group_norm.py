@@ -41,7 +41,7 @@ from grove.core.segments import (
     segment_sum,
 )
 from grove.core.token_ops import per_token
-from grove.registry import ADVANTAGE_ESTIMATORS, NoParams
+from grove.registry import ADVANTAGE_ESTIMATORS, NoParams, Requires
 
 Level = Literal["group", "batch", "none"]
 
@@ -193,7 +193,7 @@ class LitePPOParams(BaseModel):
     params=GRPOParams,
     paper=papers.GRPO,
     summary="Group mean and std normalised score.",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="A_i = (r_i - mean_g) / (std_g + eps)",
     reference="verl compute_grpo_outcome_advantage (norm_adv_by_std_in_grpo=True)",
 )
@@ -207,7 +207,7 @@ def grpo(batch: RolloutBatch, scores: Tensor, params: GRPOParams) -> Tensor:
     params=NoParams,
     paper=papers.DR_GRPO,
     summary="Group-mean baseline, no std division.",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="A_i = r_i - mean_g",
     reference="verl compute_grpo_outcome_advantage (norm_adv_by_std_in_grpo=False)",
 )
@@ -221,7 +221,7 @@ def dr_grpo(batch: RolloutBatch, scores: Tensor, params: NoParams) -> Tensor:
     params=NoParams,
     paper=papers.RLOO,
     summary="Leave-one-out group-mean baseline.",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="A_i = r_i - mean_{j in g, j != i} r_j",
     reference="verl compute_rloo_outcome_advantage",
 )
@@ -235,7 +235,7 @@ def rloo(batch: RolloutBatch, scores: Tensor, params: NoParams) -> Tensor:
     params=GroupNormParams,
     paper=papers.GRPO,
     summary="Configurable normaliser: group/batch/none mean and std, leave-one-out.",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="A_i = (r_i - baseline_i) / (std_i + eps); baseline: group/batch/leave-one-out mean or 0; std: group, batch or 1",
     reference="the settings of grpo, dr_grpo, rloo; std_level: batch is TRL scale_rewards='batch'",
 )
@@ -249,7 +249,7 @@ def group_norm(batch: RolloutBatch, scores: Tensor, params: GroupNormParams) -> 
     params=LitePPOParams,
     paper=papers.LITE_PPO,
     summary="Group-mean baseline, batch-std scale.",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="A_i = (r_i - mean_g) / (std_batch(r) + eps)",
     reference="TRL GRPOTrainer advantages with scale_rewards='batch'",
 )

@@ -13,7 +13,7 @@ from grove.core import papers
 from grove.core.advantages.common import check_scores, constant_group
 from grove.core.segments import broadcast, dense_index, segment_count, segment_sum
 from grove.core.token_ops import per_token
-from grove.registry import ADVANTAGE_ESTIMATORS, NoParams
+from grove.registry import ADVANTAGE_ESTIMATORS, NoParams, Requires
 
 
 @ADVANTAGE_ESTIMATORS.register(
@@ -21,7 +21,7 @@ from grove.registry import ADVANTAGE_ESTIMATORS, NoParams
     params=NoParams,
     paper=papers.OPO,
     summary="Length-weighted group-mean baseline (optimal baseline).",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="A_i = r_i - sum_{j in g} l_j r_j / sum_{j in g} l_j",
     reference="verl compute_opo_outcome_advantage",
 )

@@ -25,7 +25,7 @@ from grove.core.segments import (
     segment_sum,
 )
 from grove.core.token_ops import per_token
-from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.registry import ADVANTAGE_ESTIMATORS, Requires
 
 
 # --------------------------------------------------------------------------- grpo_passk
@@ -43,7 +43,7 @@ class GRPOPassKParams(BaseModel):
     params=GRPOPassKParams,
     paper=papers.PASSK_TANG,
     summary="Only the best sample of each group: r_max - r_second_max (over the group std).",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="best sample of each group: A = (r_max - r_second) / (std_g + eps), all others 0",
     reference="verl compute_grpo_passk_outcome_advantage",
 )
@@ -108,7 +108,7 @@ def _comb_ratio(a: Tensor, b: Tensor, k: int) -> Tensor:
     params=PassKAnalyticParams,
     paper=papers.PASSK_CHEN,
     summary="Closed-form pass@k group advantages for binary rewards.",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="R = 1 - C(N_neg,k)/C(N,k), sigma = sqrt(R(1-R)), A_pos = (1-R)/sigma, "
     "A_neg = (1 - R - C(N_neg-1,k-1)/C(N-1,k-1))/sigma",
     reference="none found; the paper's closed form by hand, and k = 1 equals GRPO with the biased std and no eps",

@@ -1,6 +1,6 @@
 """``score_as_advantage``: the sequence score is the advantage, broadcast over the response tokens.
 
-For reward aggregators that already return advantages (GDPO's ``normalize_then_sum`` with a batch or token
+For reward combiners that already return advantages (GDPO's ``normalize_then_sum`` with a batch or token
 renormalisation: ``A_i = renorm(Σ_k w_k z_ik)``, Liu et al. 2026), so no second normalisation distorts them.
 With a plain reward it is REINFORCE without a baseline.
 """
@@ -20,7 +20,7 @@ from grove.registry import ADVANTAGE_ESTIMATORS, NoParams
     "score_as_advantage",
     params=NoParams,
     paper=papers.GDPO,
-    summary="The score is the advantage (for aggregators that already normalise, e.g. GDPO).",
+    summary="The score is the advantage (for reward combiners that already normalise, e.g. GDPO).",
     formula="A_i = s_i",
     reference="TRL / verl GDPO: the renormalised sum is the advantage",
 )

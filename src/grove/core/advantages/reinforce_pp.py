@@ -20,7 +20,7 @@ from grove.core import papers
 from grove.core.advantages.common import check_scores
 from grove.core.advantages.group_norm import NormConfig, normalize_scores
 from grove.core.token_ops import per_token
-from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.registry import ADVANTAGE_ESTIMATORS, Requires
 
 
 def masked_whiten(
@@ -115,7 +115,7 @@ def reinforce_pp(batch: RolloutBatch, scores: Tensor, params: ReinforcePPParams)
     params=ReinforcePPBaselineParams,
     paper=papers.REINFORCE_PP,
     summary="Group-mean baseline, then whitening over the batch's tokens.",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
     formula="A_{i,t} = whiten(r_i - mean_g) over all response tokens of the batch",
     reference="verl compute_reinforce_plus_plus_baseline_outcome_advantage",
 )

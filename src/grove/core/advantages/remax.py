@@ -14,7 +14,7 @@ from torch import Tensor
 from grove.batch import RolloutBatch
 from grove.core import papers
 from grove.core.token_ops import per_token
-from grove.registry import ADVANTAGE_ESTIMATORS, NoParams
+from grove.registry import ADVANTAGE_ESTIMATORS, NoParams, Requires
 
 
 @ADVANTAGE_ESTIMATORS.register(
@@ -22,7 +22,7 @@ from grove.registry import ADVANTAGE_ESTIMATORS, NoParams
     params=NoParams,
     paper=papers.REMAX,
     summary="r - r(greedy completion of the prompt).",
-    requires=("greedy_baseline",),
+    requires=(Requires.GREEDY_BASELINE,),
     formula="A_i = r_i - r(greedy completion of the prompt)",
     reference="verl compute_remax_outcome_advantage",
 )

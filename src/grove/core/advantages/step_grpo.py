@@ -57,7 +57,7 @@ from grove.core.advantages.step_table_ops import (
     steps_to_tokens,
 )
 from grove.core.segments import segment_count
-from grove.registry import ADVANTAGE_ESTIMATORS
+from grove.registry import ADVANTAGE_ESTIMATORS, Requires
 
 __all__ = ["StepGRPOParams", "corresponding_steps", "step_grpo", "step_type_ordinal"]
 
@@ -135,7 +135,7 @@ def corresponding_steps(steps: StepTable, grouping: Grouping) -> tuple[Tensor, i
 
 def _step_values(steps: StepTable, params: StepGRPOParams) -> Tensor:
     if params.value == "return":
-        return step_returns(steps, params.gamma, "after_returns")
+        return step_returns(steps, gamma=params.gamma, penalty="after_returns")
     return steps.reward.to(torch.float64) - steps.penalty.to(torch.float64)
 
 
@@ -145,7 +145,7 @@ def _step_values(steps: StepTable, params: StepGRPOParams) -> Tensor:
     paper=papers.R1_ROUTER,
     summary="Step-GRPO: each step's own reward normalised over the corresponding steps of the G trajectories "
     "(step type and rank, turn number or anchor state), optionally plus the episode advantage (agents).",
-    requires=("steps",),
+    requires=(Requires.STEPS,),
     step_columns=("kind",),
     formula="A_t = (v_t - mean_c) / (std_c + eps) + w A^E_t, v_t = r_t - p_t, c = corresponding steps of t in its env group",
     reference="R1-Router (Step-GRPO); grouping of corresponding steps is our documented choice (docs/step-grpo.md)",

@@ -8,7 +8,7 @@ a loss aggregation (:mod:`grove.core.aggregation`), so that micro-batching stays
 
 The update stage fills every field it has for every loss, so a loss that needs the reference
 log-probs, the entropy or the trajectory ids reads them from its input: a new loss is one file and
-no edit of the update loop. (A loss that needs ``ref_logprobs`` registers ``requires=("ref_logprobs",)``
+no edit of the update loop. (A loss that needs ``ref_logprobs`` registers ``requires=(Requires.REFERENCE_LOGPROBS,)``
 so a reference model is loaded even without a KL term.)
 """
 
@@ -45,7 +45,7 @@ class PolicyLossInput:
     Set by the update stage when it has them (``None`` otherwise):
 
     * ``ref_logprobs``: the reference policy's log-probs (a reference model is loaded when ``kl.coef > 0``
-      or the loss registers ``requires=("ref_logprobs",)``);
+      or the loss registers ``requires=(Requires.REFERENCE_LOGPROBS,)``);
     * ``rollout_logprobs``: the rollout engine's log-probs of the sampled tokens;
     * ``entropy``: the policy's per-token entropy from the training forward (carries the gradient);
     * ``group_index``, ``trajectory_index``, ``step_index``: the batch hierarchy.

@@ -1,4 +1,4 @@
-"""Aggregators that normalise each objective within its group before combining (GDPO, MO-GRPO).
+"""Combiners that normalise each objective within its group before combining (GDPO, MO-GRPO).
 
 ``normalize_then_sum`` — GDPO (Liu et al., 2026): summing first makes distinct reward combinations
 collapse into identical advantages; normalising each reward within the group first keeps them apart::
@@ -7,7 +7,7 @@ collapse into identical advantages; normalising each reward within the group fir
     s_i  = Σ_k w_k z_ik                                         objectives that apply (NaN skipped)
     A_i  = renormalise(s)                                       optional, over the batch
 
-Two references implement it and differ; both are options of this one aggregator:
+Two references implement it and differ; both are options of this one combiner:
 
 * TRL 1.16 (``multi_objective_aggregation="normalize_then_sum"``): NaN-aware ``nanmean``/``nanstd``
   (``n - 1``), ``eps = 1e-4``; an objective that applies to a single sample of its group has NaN std
@@ -41,9 +41,9 @@ from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.core import papers
-from grove.core.objectives.aggregate import AggregateOutput, active_objectives, weights_of
+from grove.core.objectives.combine import CombineOutput, active_objectives, weights_of
 from grove.core.segments import broadcast, dense_index, segment_nan_spread, segment_nan_stats
-from grove.registry import REWARD_AGGREGATORS
+from grove.registry import REWARD_COMBINERS, Requires
 
 
 def _zscores(
@@ -100,16 +100,16 @@ class NormalizeThenSumParams(BaseModel):
         return self.renormalize != "none"
 
 
-@REWARD_AGGREGATORS.register(
+@REWARD_COMBINERS.register(
     "normalize_then_sum",
     params=NormalizeThenSumParams,
     paper=papers.GDPO,
     summary="GDPO: each objective normalised within its group, weighted sum, optional batch renormalisation.",
     formula="A_i = renorm(Σ_k w_k (r_ik - mean_g r_k) / (std_g r_k + eps))",
     reference="TRL multi_objective_aggregation='normalize_then_sum' (renormalize: batch); verl gdpo (tokens)",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
 )
-def normalize_then_sum(batch: RolloutBatch, params: NormalizeThenSumParams) -> AggregateOutput:
+def normalize_then_sum(batch: RolloutBatch, params: NormalizeThenSumParams) -> CombineOutput:
     """GDPO (see the module docstring for both reference conventions)."""
     group, num_groups = dense_index(batch.group_index)
     rewards = batch.rewards
@@ -137,7 +137,7 @@ def normalize_then_sum(batch: RolloutBatch, params: NormalizeThenSumParams) -> A
         scores = summed
     scores = torch.where(scorable, scores, torch.zeros_like(scores))
     signal = torch.where(active_objectives(batch), rewards, torch.full_like(rewards, float("nan")))
-    return AggregateOutput(scores, contributions, signal)
+    return CombineOutput(scores, contributions, signal)
 
 
 class VarianceWeightedParams(BaseModel):
@@ -152,15 +152,15 @@ class VarianceWeightedParams(BaseModel):
     unbiased_std: bool = Field(True, description="Std with the n - 1 divisor.")
 
 
-@REWARD_AGGREGATORS.register(
+@REWARD_COMBINERS.register(
     "variance_weighted",
     params=VarianceWeightedParams,
     paper=papers.MO_GRPO,
     summary="MO-GRPO: each objective reweighted by 1/std of its values, then the estimator normalises the sum.",
     formula="s_i = Σ_k w_k (r_ik - mean(r_k)) / (std(r_k) + eps); std within the group (or the batch)",
-    requires=("groups",),
+    requires=(Requires.GROUPS,),
 )
-def variance_weighted(batch: RolloutBatch, params: VarianceWeightedParams) -> AggregateOutput:
+def variance_weighted(batch: RolloutBatch, params: VarianceWeightedParams) -> CombineOutput:
     """MO-GRPO's variance reweighting (see the module docstring for the reading)."""
     rewards = batch.rewards
     if params.scope == "group":
@@ -170,4 +170,4 @@ def variance_weighted(batch: RolloutBatch, params: VarianceWeightedParams) -> Ag
     z = _zscores(rewards, index, num, eps=params.eps, unbiased=params.unbiased_std, lone_value="ignore")
     scores, contributions = _weighted_sum(z, batch)
     signal = torch.where(active_objectives(batch), rewards, torch.full_like(rewards, float("nan")))
-    return AggregateOutput(scores, contributions, signal)
+    return CombineOutput(scores, contributions, signal)

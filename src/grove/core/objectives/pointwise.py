@@ -1,4 +1,4 @@
-"""Aggregators that score each sample from its own objectives (no group statistics): the advantage
+"""Combiners that score each sample from its own objectives (no group statistics): the advantage
 estimator then normalises the score as it would a single reward.
 
 * ``sum_then_normalize``: ``s_i = Σ_k w_k r_ik`` over the objectives that apply (NaN skipped) — the
@@ -6,7 +6,7 @@ estimator then normalises the score as it would a single reward.
   rewards. Distinct reward combinations with equal sums get identical advantages (GDPO's "collapse").
 * ``gated``: ``s_i = [include_constraints]·Σ_c w_c r_ic + g_i · Σ_o w_o r_io`` with the gate
   ``g_i = 1`` when every constraint applies-and-passes (``r_ic ≥ threshold``) or does not apply, else 0
-  (SearchLLM's gated aggregation: behaviour objectives count only when the bottom-line constraints pass).
+  (SearchLLM's gated combination: behaviour objectives count only when the bottom-line constraints pass).
 * ``ensemble_min``: ``s_i = min_k w_k r_ik`` — the worst case of an ensemble of reward estimates
   (Coste et al.'s WCO; weights scale the members).
 * ``mean_minus_std``: ``s_i = mean_k(w_k r_ik) − λ·std_k(w_k r_ik)`` (or ``− λ·var``) — the
@@ -25,8 +25,8 @@ from torch import Tensor
 
 from grove.batch import RolloutBatch
 from grove.core import papers
-from grove.core.objectives.aggregate import AggregateOutput, active_objectives, require_scorable, weights_of
-from grove.registry import REWARD_AGGREGATORS, NoParams
+from grove.core.objectives.combine import CombineOutput, active_objectives, require_scorable, weights_of
+from grove.registry import REWARD_COMBINERS, NoParams
 
 
 def _weighted(batch: RolloutBatch) -> tuple[Tensor, Tensor]:
@@ -36,7 +36,7 @@ def _weighted(batch: RolloutBatch) -> tuple[Tensor, Tensor]:
     return torch.where(valid, values, torch.full_like(values, float("nan"))), valid
 
 
-@REWARD_AGGREGATORS.register(
+@REWARD_COMBINERS.register(
     "sum_then_normalize",
     params=NoParams,
     paper=papers.GRPO,
@@ -44,13 +44,13 @@ def _weighted(batch: RolloutBatch) -> tuple[Tensor, Tensor]:
     formula="s_i = Σ_k w_k r_ik (objectives that apply)",
     reference="TRL multi_objective_aggregation='sum_then_normalize'; verl's summed reward",
 )
-def sum_then_normalize(batch: RolloutBatch, params: NoParams) -> AggregateOutput:
+def sum_then_normalize(batch: RolloutBatch, params: NoParams) -> CombineOutput:
     """``s_i = Σ_k w_k r_ik`` over the objectives that apply to sample ``i`` (NaN skipped)."""
     require_scorable(batch, "sum_then_normalize")
     values, valid = _weighted(batch)
     contributions = torch.where(valid, values, torch.zeros_like(values))
     scores = contributions.sum(dim=1)
-    return AggregateOutput(scores, contributions, scores[:, None])
+    return CombineOutput(scores, contributions, scores[:, None])
 
 
 class GatedParams(BaseModel):
@@ -82,22 +82,22 @@ class GatedParams(BaseModel):
             for name in getattr(self, field_name) or ():
                 if name not in names:
                     raise ValueError(
-                        f"reward_aggregation.{field_name}: {name!r} is not an objective; objectives: {', '.join(names)}"
+                        f"reward_combination.{field_name}: {name!r} is not an objective; objectives: {', '.join(names)}"
                     )
         overlap = set(self.constraints) & set(self.objectives or ())
         if overlap:
-            raise ValueError(f"reward_aggregation: {sorted(overlap)} are both constraints and gated objectives")
+            raise ValueError(f"reward_combination: {sorted(overlap)} are both constraints and gated objectives")
 
 
-@REWARD_AGGREGATORS.register(
+@REWARD_COMBINERS.register(
     "gated",
     params=GatedParams,
     paper=papers.SEARCHLLM,
     summary="Behaviour objectives count only when the bottom-line constraints pass.",
     formula="s_i = Σ_c w_c r_ic + 1[r_ic >= threshold ∀c] · Σ_o w_o r_io",
 )
-def gated(batch: RolloutBatch, params: GatedParams) -> AggregateOutput:
-    """Gated aggregation: ``s_i = [include]·Σ_c w_c r_ic + g_i Σ_o w_o r_io`` (constraints that do not apply pass)."""
+def gated(batch: RolloutBatch, params: GatedParams) -> CombineOutput:
+    """Gated combination: ``s_i = [include]·Σ_c w_c r_ic + g_i Σ_o w_o r_io`` (constraints that do not apply pass)."""
     names = batch.reward_names
     params.check_objectives(names)
     require_scorable(batch, "gated")
@@ -115,24 +115,24 @@ def gated(batch: RolloutBatch, params: GatedParams) -> AggregateOutput:
     keep_constraints = is_constraint if params.include_constraints else torch.zeros_like(is_constraint)
     contributions = torch.where(is_objective | keep_constraints, contributions, torch.zeros_like(contributions))
     scores = contributions.sum(dim=1)
-    return AggregateOutput(scores, contributions, scores[:, None])
+    return CombineOutput(scores, contributions, scores[:, None])
 
 
-@REWARD_AGGREGATORS.register(
+@REWARD_COMBINERS.register(
     "ensemble_min",
     params=NoParams,
     paper=papers.RM_ENSEMBLES,
     summary="Worst case over the objectives (reward-model ensemble members).",
     formula="s_i = min_k w_k r_ik",
 )
-def ensemble_min(batch: RolloutBatch, params: NoParams) -> AggregateOutput:
+def ensemble_min(batch: RolloutBatch, params: NoParams) -> CombineOutput:
     """Worst-case optimisation: ``s_i = min_k w_k r_ik`` over the members that apply."""
     require_scorable(batch, "ensemble_min")
     values, valid = _weighted(batch)
     scores = torch.where(valid, values, torch.full_like(values, float("inf"))).min(dim=1)
     contributions = torch.zeros_like(values)
     contributions.scatter_(1, scores.indices[:, None], scores.values[:, None])
-    return AggregateOutput(scores.values, contributions, scores.values[:, None])
+    return CombineOutput(scores.values, contributions, scores.values[:, None])
 
 
 class MeanMinusStdParams(BaseModel):
@@ -147,14 +147,14 @@ class MeanMinusStdParams(BaseModel):
     unbiased: bool = Field(False, description="n - 1 divisor for the members' spread (default: population).")
 
 
-@REWARD_AGGREGATORS.register(
+@REWARD_COMBINERS.register(
     "mean_minus_std",
     params=MeanMinusStdParams,
     paper=papers.RM_ENSEMBLES,
     summary="Mean of the objectives minus λ times their spread (uncertainty-weighted).",
     formula="s_i = mean_k(w_k r_ik) - λ · std_k(w_k r_ik)",
 )
-def mean_minus_std(batch: RolloutBatch, params: MeanMinusStdParams) -> AggregateOutput:
+def mean_minus_std(batch: RolloutBatch, params: MeanMinusStdParams) -> CombineOutput:
     """Uncertainty-weighted: ``s_i = mean_k(v_ik) − λ·spread_k(v_ik)`` with ``v = w r`` over the members that apply.
 
     Contributions (summing to ``s_i``): ``v_k / n − λ·d_k² / (n'·std)`` for ``spread: std`` (``d = v − mean``,
@@ -178,4 +178,4 @@ def mean_minus_std(batch: RolloutBatch, params: MeanMinusStdParams) -> Aggregate
         per_member = d2 / divisor
     scores = (mean - params.coef * spread).squeeze(1)
     contributions = torch.where(valid, v / n - params.coef * per_member, zeros)
-    return AggregateOutput(scores, contributions, scores[:, None])
+    return CombineOutput(scores, contributions, scores[:, None])

@@ -10,7 +10,7 @@ returns one **objective per reward function**, named after it, valued by the fun
 and declares the rubric's weights (``objective_weights()`` of its parameters: ``{"correct_answer": 1.0,
 "answer_format": 0.2}``). grove weighs objective ``k`` by ``weight × objective_weights[k]`` (the reward block's keys),
 so with ``weight: 1`` and ``objective_weights`` equal to the rubric's weights the weighted sum of the objectives is
-verifiers' ``Trace.reward`` on the same completion, and the reward aggregators (GDPO, MO-GRPO, ...) see the weights.
+verifiers' ``Trace.reward`` on the same completion, and the reward combiners (GDPO, MO-GRPO, ...) see the weights.
 
 Each completion is scored on a trace built as verifiers records a one-segment rollout: the row's system prompt and
 prompt messages, then the completion as the sampled assistant message (``trace.last_reply`` is the completion,

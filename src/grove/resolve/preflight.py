@@ -1,9 +1,9 @@
-"""The checks a run passes before its model loads: everything a config names that can be resolved without the
-model's weights.
+"""The last checks of the front door (:func:`grove.resolve.resolve`): everything a config names that can be resolved
+without the model's weights.
 
-Loading a config (:func:`grove.resolve.load_config`) already checks types, ranges and registered components. What
-it cannot see without importing or building user code is checked here, by the same code the run uses, so that a
-mistake costs seconds rather than a model load and comes out as one ``error:`` line naming the key:
+The schema checks types and ranges, the front door the registered components. What neither can see without
+importing or building user code is checked here, by the same code the run uses, so that a mistake costs seconds
+rather than a model load and comes out as one ``error:`` line naming the key:
 
 * each ``rewards:`` block resolves (the module imports, the function exists, a user function is given no
   ``params``, a registered reward's parameters validate, a reward under ``isolation: process`` pickles);
@@ -13,30 +13,36 @@ mistake costs seconds rather than a model load and comes out as one ``error:`` l
 * ``model.name`` resolves to a model directory, and ``model.lora.target_modules`` each match a module of that
   model (checked on a weightless copy built from its ``config.json``).
 
-``grove train`` runs these before loading the model and ``grove config show`` runs the same, so both report the
-same mistakes the same way.
+Every run resolves its config through the front door before loading the model, and ``grove config show`` does the
+same, so both report the same mistakes the same way. The rewards resolved here are the ones the run calls.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from grove.config import ConfigError, GroveConfig
 from grove.user_code import UserCodeExit, user_code
 
+if TYPE_CHECKING:
+    from grove.resolve.component_lookups import Resolved
+    from grove.rewards.scoring import RewardSpec
+
 __all__ = ["preflight"]
 
 
-def preflight(cfg: GroveConfig) -> None:
-    """Raise :class:`ConfigError` naming the key for the first mistake found (see the module docstring)."""
+def preflight(cfg: GroveConfig, reward_entries: Sequence[Resolved | None]) -> list[RewardSpec]:
+    """Raise :class:`ConfigError` naming the key for the first mistake found (see the module docstring); the
+    rewards of a run of single-turn completions, resolved with their looked-up ``reward_entries``."""
     if cfg.model.init_from is not None:
         _check_init_from(cfg)
-    if cfg.source_id == "completions":
-        _check_rewards(cfg)
+    rewards = _resolved_rewards(cfg, reward_entries) if cfg.source_id == "completions" else []
     if cfg.env is not None and ":" in cfg.env.id:
         _check_user_environment(cfg)
     if cfg.model.lora is not None:
         _check_lora_targets(cfg)
+    return rewards
 
 
 def _check_init_from(cfg: GroveConfig) -> None:
@@ -56,15 +62,17 @@ def _policy_path(cfg: GroveConfig) -> Any:
     return resolve_model_path(policy_source(cfg.model.name, cfg.model.init_from))
 
 
-def _check_rewards(cfg: GroveConfig) -> None:
+def _resolved_rewards(cfg: GroveConfig, reward_entries: Sequence[Resolved | None]) -> list[RewardSpec]:
     from grove.rewards.scoring import RewardLoadError, resolve_rewards
 
-    for i, reward in enumerate(cfg.rewards):
+    rewards: list[RewardSpec] = []
+    for i, (reward, resolved) in enumerate(zip(cfg.rewards, reward_entries, strict=True)):
         try:
-            with user_code(f"importing reward {reward.id!r}"):
-                resolve_rewards([reward])  # as the run resolves it (its worker, if any, starts at the first call)
+            with user_code(f"importing reward {reward.id!r}"):  # its worker, if any, starts at the first call
+                rewards += resolve_rewards([reward], [resolved.entry if resolved is not None else None])
         except (RewardLoadError, UserCodeExit) as exc:
             raise ConfigError(f"rewards.{i}: {exc}") from None
+    return rewards
 
 
 def _check_user_environment(cfg: GroveConfig) -> None:

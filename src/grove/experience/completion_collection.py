@@ -8,8 +8,8 @@ Order of operations (each optional stage is a config setting, not a trainer bran
    ``None`` for it, or failed on it with ``on_error: skip``) cannot be scored and leaves the round (its group
    keeps its other samples; ``reward_excluded_samples``); a round left with none is an error, and so is a
    sample whose weighted rewards overflow float32;
-2. DAPO dynamic sampling (:mod:`grove.pipeline.dynamic_sampling`): keep only groups that carry signal under the
-   reward aggregator (some column of its ``signal`` varies: the combined score for per-sample aggregators, every
+2. DAPO dynamic sampling (:mod:`grove.experience.dynamic_sampling`): keep only groups that carry signal under the
+   reward combiner (some column of its ``signal`` varies: the combined score for per-sample combiners, every
    weighted objective for GDPO/MO-GRPO) and draw further rounds until ``prompts_per_step`` such groups exist or
    ``max_rounds`` is reached;
 3. DAPO overlong filtering: truncated completions get an all-zero ``loss_mask``.
@@ -31,13 +31,13 @@ from pydantic import BaseModel
 from torch import Tensor
 
 from grove.batch import RolloutBatch, concat_batches
-from grove.core.objectives import AggregateFn, informative_from_signal, run_aggregator
+from grove.core.objectives import CombineFn, informative_from_signal, run_combiner
 from grove.core.objectives.pointwise import sum_then_normalize
 from grove.core.shaping import soft_overlong_penalty
 from grove.distributed.world import World
+from grove.experience.dynamic_sampling import sample_informative_rounds
+from grove.experience.round_scores import RoundScores, check_weighted_sums, nothing_to_train_on, say_left_out
 from grove.pipeline.credit import ScoredExperience
-from grove.pipeline.dynamic_sampling import sample_informative_rounds
-from grove.pipeline.round_scores import RoundScores, check_weighted_sums, nothing_to_train_on, say_left_out
 from grove.rewards.scoring import RewardFunctionError, RewardSpec, compute_rewards, reward_columns
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
 from grove.tasks.task import Example, columns_for_rewards
@@ -51,18 +51,18 @@ PromptSource = Callable[[int], tuple[list[Example], list[list[int]]]]
 @dataclass(frozen=True)
 class ObjectiveScoring:
     """How a step's objectives become one score per sample, resolved once from the config
-    (:func:`grove.resolve.resolve_components`): the reward aggregator with its parameters, and whether the advantage
+    (:attr:`grove.resolve.RunPlan.scoring`): the reward combiner with its parameters, and whether the advantage
     estimator asks for one greedy completion per prompt, scored (``requires: greedy_baseline``, e.g. ReMax)."""
 
-    aggregator: AggregateFn = sum_then_normalize
-    aggregator_params: BaseModel | None = None  # None: the aggregator takes no parameters (sum_then_normalize)
+    combiner: CombineFn = sum_then_normalize
+    combiner_params: BaseModel | None = None  # None: the combiner takes no parameters (sum_then_normalize)
     greedy_baseline: bool = False
 
 
 @dataclass(frozen=True)
 class ExperienceSettings:
     groups: int
-    completions_per_group: int
+    group_size: int
     sampling: SamplingParams
     rewards: Sequence[RewardSpec]
     max_rounds: int = 1  # > 1: DAPO dynamic sampling
@@ -71,8 +71,8 @@ class ExperienceSettings:
     overlong_max_penalty: float = 1.0
     greedy_baseline: bool = False  # one extra greedy completion per prompt, scored (e.g. ReMax)
     pad_token_id: int = 0
-    aggregator: AggregateFn = sum_then_normalize
-    aggregator_params: BaseModel | None = None  # None: the aggregator takes no parameters (sum_then_normalize)
+    combiner: CombineFn = sum_then_normalize
+    combiner_params: BaseModel | None = None  # None: the combiner takes no parameters (sum_then_normalize)
     world: World = field(default_factory=World)  # the ranks the step's groups are shared among
     notices: set[str] = field(default_factory=set, compare=False, repr=False)  # once-per-run warnings already given
 
@@ -103,7 +103,7 @@ def _score(
 
     Raises:
         RewardFunctionError: a reward failed with ``on_error: raise``, or a sample's weighted rewards overflow
-            float32 (:func:`grove.pipeline.round_scores.check_weighted_sums`).
+            float32 (:func:`grove.experience.round_scores.check_weighted_sums`).
     """
     rows = [examples[i] for i in out.prompt_index.tolist()]
     prompts = [e.prompt_text for e in rows]
@@ -130,8 +130,8 @@ def _score(
 
 
 def combined_objectives(batch: RolloutBatch, s: ExperienceSettings):
-    """The reward aggregator's output on ``batch`` (scores, per-objective contributions, signal columns)."""
-    return run_aggregator(s.aggregator, batch, s.aggregator_params)
+    """The reward combiner's output on ``batch`` (scores, per-objective contributions, signal columns)."""
+    return run_combiner(s.combiner, batch, s.combiner_params)
 
 
 def _sample_round(
@@ -144,20 +144,20 @@ def _sample_round(
     group_offset: int,
     stats: dict[str, float] | None = None,
 ) -> _Round:
-    out = engine.generate(prompt_ids, s.completions_per_group, s.sampling, generator)
+    out = engine.generate(prompt_ids, s.group_size, s.sampling, generator)
     scored = _score(out, examples, s, step, stats)
     rewards, names, weights, prompts, unscorable = (
         scored.rewards, scored.names, scored.weights, scored.prompts, scored.unscorable
     )
     seconds, tokens = out.seconds, out.num_generated_tokens
     baseline = None
-    if s.greedy_baseline:  # per-sample aggregators only (config validation): each greedy sample is its own group
+    if s.greedy_baseline:  # per-sample combiners only (config validation): each greedy sample is its own group
         greedy_sampling = dataclasses.replace(s.sampling, temperature=0.0, top_k=0, top_p=1.0)
         greedy = engine.generate(prompt_ids, 1, greedy_sampling, generator)
         g = _score(greedy, examples, s, step, stats)
         g_rewards = g.rewards
         g_rewards[g.unscorable] = torch.nan_to_num(g_rewards[g.unscorable], nan=0.0)  # unscorable baseline: 0
-        baseline = run_aggregator(s.aggregator, _reward_only_batch(g_rewards, names, weights), s.aggregator_params)
+        baseline = run_combiner(s.combiner, _reward_only_batch(g_rewards, names, weights), s.combiner_params)
         baseline = baseline.scores[out.prompt_index]
         seconds, tokens = seconds + greedy.seconds, tokens + greedy.num_generated_tokens
     num = out.num_samples
@@ -173,7 +173,7 @@ def _sample_round(
         reward_names=tuple(names),
         reward_weights=tuple(weights),
         group_index=out.prompt_index.long() + group_offset,
-        trajectory_index=torch.arange(num) + group_offset * s.completions_per_group,
+        trajectory_index=torch.arange(num) + group_offset * s.group_size,
         step_index=torch.zeros(num, dtype=torch.long),
         truncated=out.truncated,
         baseline_scores=baseline,
@@ -193,7 +193,7 @@ def _sample_round(
 
 
 def _reward_only_batch(rewards: Tensor, names: list[str], weights: list[float]) -> RolloutBatch:
-    """A batch holding just ``rewards`` (one sample per group), for scoring with a per-sample aggregator."""
+    """A batch holding just ``rewards`` (one sample per group), for scoring with a per-sample combiner."""
     n = rewards.shape[0]
     empty = torch.zeros(n, 0, dtype=torch.long)
     return RolloutBatch(
@@ -263,5 +263,5 @@ def _truncated_fraction(batch: RolloutBatch, world: World) -> float:
 
 
 def _informative(batch: RolloutBatch, s: ExperienceSettings) -> Tensor:
-    """``bool [N]``: the sample's group carries signal under the reward aggregator (component-aware)."""
+    """``bool [N]``: the sample's group carries signal under the reward combiner (component-aware)."""
     return informative_from_signal(combined_objectives(batch, s).signal, batch.group_index)

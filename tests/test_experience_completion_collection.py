@@ -12,10 +12,10 @@ import torch
 import grove.builtin_components  # noqa: F401
 from grove.batch import concat_batches
 from grove.core.shaping import informative_groups, soft_overlong_penalty
+from grove.experience.completion_collection import ExperienceSettings, collect_scored
 from grove.pipeline.coefficients import EntropyController, KLController
-from grove.pipeline.collect import ExperienceSettings, collect_scored
 from grove.pipeline.credit import CreditAssignment, KLInReward, StepExperience
-from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, NoParams
+from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, NoParams, Requires
 from grove.rewards.scoring import resolve_reward
 from grove.rollout.engine import RolloutOutput, SamplingParams
 from grove.tasks.task import Example
@@ -84,7 +84,7 @@ def settings(**overrides) -> StepSettings:
     ``advantage_params`` go to the credit, everything else to the collection."""
     values = dict(
         groups=2,
-        completions_per_group=2,
+        group_size=2,
         sampling=SamplingParams(temperature=1.0, max_new_tokens=8),
         rewards=[resolve_reward("answer_match", {"extract": "last_number"}, 1.0, "acc")],
         advantage_fn=ADVANTAGE_ESTIMATORS.get("grpo"),
@@ -96,8 +96,8 @@ def settings(**overrides) -> StepSettings:
     credit = CreditAssignment(
         advantage_fn=advantage_fn,
         advantage_params=advantage_params,
-        aggregator=collection.aggregator,
-        aggregator_params=collection.aggregator_params,
+        combiner=collection.combiner,
+        combiner_params=collection.combiner_params,
         world=collection.world,
         pad_token_id=collection.pad_token_id,
         samples_per_step=4,
@@ -224,7 +224,7 @@ def test_adaptive_entropy_controller():
 def test_remax_uses_the_greedy_completion_reward_as_baseline():
     from grove.registry import ADVANTAGE_ESTIMATORS
 
-    assert "greedy_baseline" in ADVANTAGE_ESTIMATORS.entry("remax").requires
+    assert ADVANTAGE_ESTIMATORS.entry("remax").needs(Requires.GREEDY_BASELINE)
 
     class GreedyAware(ScriptedEngine):
         def generate(self, prompt_token_ids, n, sampling, generator):
@@ -246,17 +246,17 @@ TIED = {20: ["7xx", "ab"], 21: ["7", "7"], 22: ["7", "xxx"]}  # 20: objectives (
 
 
 @pytest.mark.parametrize(
-    ("aggregator", "estimator", "kept_prompts", "filled"),
+    ("combiner", "estimator", "kept_prompts", "filled"),
     [("sum_then_normalize", "grpo", ["q22", "q21"], 1.0), ("normalize_then_sum", "score_as_advantage", ["q20", "q22"], 0.0)],
 )
-def test_dynamic_sampling_looks_at_the_components_under_gdpo(aggregator, estimator, kept_prompts, filled):
-    from grove.registry import REWARD_AGGREGATORS
+def test_dynamic_sampling_looks_at_the_components_under_gdpo(combiner, estimator, kept_prompts, filled):
+    from grove.registry import REWARD_COMBINERS
 
     s = settings(
         max_rounds=2,
         rewards=[resolve_reward("user_rewards:two_checks")],
-        aggregator=REWARD_AGGREGATORS.get(aggregator),
-        aggregator_params=REWARD_AGGREGATORS.validate_params(aggregator, {}),
+        combiner=REWARD_COMBINERS.get(combiner),
+        combiner_params=REWARD_COMBINERS.validate_params(combiner, {}),
         advantage_fn=ADVANTAGE_ESTIMATORS.get(estimator),
         advantage_params=ADVANTAGE_ESTIMATORS.validate_params(estimator, {}),
     )

@@ -1,16 +1,16 @@
-"""What every reward aggregator shares: the signature, the output, the signal test and per-objective statistics.
+"""What every reward combiner shares: the signature, the output, the signal test and per-objective statistics.
 
-An aggregator is ``fn(batch: RolloutBatch, params) -> AggregateOutput``. It reads the named reward matrix
+A combiner is ``fn(batch: RolloutBatch, params) -> CombineOutput``. It reads the named reward matrix
 ``batch.rewards [N, K]`` (NaN: the objective does not apply to that sample), the objectives' weights
 ``batch.reward_weights`` (``K`` floats; 0 means "logged only", never part of the score) and the hierarchy
 (``batch.group_index``, and the policy tokens for token-weighted statistics). It returns
 
 * ``scores [N]``: what the advantage estimator receives (a reward, or already an advantage when the
-  aggregator normalises completely — then pair it with the ``score_as_advantage`` estimator);
+  combiner normalises completely — then pair it with the ``score_as_advantage`` estimator);
 * ``contributions [N, K]``: each objective's additive part of the score (they sum to ``scores`` up to a
   per-group constant), from which the metrics attribute the advantage to objectives;
 * ``signal [N, J]``: the columns whose variation inside a group carries learning signal under this
-  aggregator. Dynamic sampling keeps a group when any of them varies. For aggregators that normalise each
+  combiner. Dynamic sampling keeps a group when any of them varies. For combiners that normalise each
   objective separately these are the components, so a group whose objectives differ but whose weighted
   sums tie is kept (the filter of frameworks that test the summed reward drops it).
 """
@@ -28,26 +28,26 @@ from grove.batch import RolloutBatch
 from grove.core.segments import broadcast, dense_index, segment_nan_spread, segment_nan_stats, segment_sum
 
 __all__ = [
-    "AggregateFn",
-    "AggregateOutput",
+    "CombineFn",
+    "CombineOutput",
     "active_objectives",
     "informative_from_signal",
     "objective_statistics",
     "require_scorable",
-    "run_aggregator",
+    "run_combiner",
     "weights_of",
 ]
 
 
 @dataclass(frozen=True)
-class AggregateOutput:
+class CombineOutput:
     scores: Tensor  # [N]
     contributions: Tensor  # [N, K]
     signal: Tensor  # [N, J]
 
 
-#: the signature of a registered reward aggregator
-AggregateFn = Callable[[RolloutBatch, BaseModel], AggregateOutput]
+#: the signature of a registered reward combiner
+CombineFn = Callable[[RolloutBatch, BaseModel], CombineOutput]
 
 
 def weights_of(batch: RolloutBatch) -> Tensor:
@@ -62,7 +62,7 @@ def active_objectives(batch: RolloutBatch) -> Tensor:
     return weights_of(batch) != 0
 
 
-def require_scorable(batch: RolloutBatch, aggregator: str) -> None:
+def require_scorable(batch: RolloutBatch, combiner: str) -> None:
     """Raise when some sample has no applicable objective with a non-zero weight (all NaN)."""
     values = batch.rewards[:, active_objectives(batch)]
     missing = torch.isnan(values).all(dim=1)
@@ -70,19 +70,19 @@ def require_scorable(batch: RolloutBatch, aggregator: str) -> None:
         bad = missing.nonzero().flatten().tolist()
         shown = ", ".join(map(str, bad[:10])) + (", …" if len(bad) > 10 else "")
         raise ValueError(
-            f"reward aggregation {aggregator!r}: no weighted objective applies to sample(s) {shown} (all of "
+            f"reward combiner {combiner!r}: no weighted objective applies to sample(s) {shown} (all of "
             f"{', '.join(n for n, a in zip(batch.reward_names, active_objectives(batch).tolist(), strict=True) if a)} "
             f"are None/NaN); every sample needs at least one applicable reward"
         )
 
 
-def run_aggregator(fn: AggregateFn, batch: RolloutBatch, params: BaseModel) -> AggregateOutput:
-    """Call an aggregator and check the shapes of what it returns."""
+def run_combiner(fn: CombineFn, batch: RolloutBatch, params: BaseModel) -> CombineOutput:
+    """Call a combiner and check the shapes of what it returns."""
     out = fn(batch, params)
     n, k = batch.rewards.shape
     if out.scores.shape != (n,) or out.contributions.shape != (n, k) or out.signal.ndim != 2 or out.signal.shape[0] != n:
         raise ValueError(
-            f"reward aggregator returned scores {tuple(out.scores.shape)}, contributions "
+            f"reward combiner returned scores {tuple(out.scores.shape)}, contributions "
             f"{tuple(out.contributions.shape)}, signal {tuple(out.signal.shape)} for rewards {(n, k)}"
         )
     return out
@@ -96,7 +96,7 @@ def informative_from_signal(signal: Tensor, group_index: Tensor) -> Tensor:
 
 
 def objective_statistics(
-    batch: RolloutBatch, out: AggregateOutput, sequence_advantages: Tensor, names: Sequence[str]
+    batch: RolloutBatch, out: CombineOutput, sequence_advantages: Tensor, names: Sequence[str]
 ) -> dict[str, float]:
     """Per-objective metrics: signal, advantage share and the objective's own group-normalised advantage.
 

@@ -4,7 +4,7 @@ A group whose samples all score alike gives GRPO-style estimators no advantage. 
 (``max_rounds`` > 1) a source plays rounds of ``prompts_per_step`` groups, keeps the informative ones and plays on
 until it has its share of groups or the rounds run out; then the last round's uninformative groups fill the gap
 (their number is logged as ``dynamic_sampling_filled_groups``). What counts as informative is the source's: the
-reward aggregator's signal for completions (some objective varies in the group), the episode return for agents.
+reward combiner's signal for completions (some objective varies in the group), the episode return for agents.
 
 With several ranks every rank draws every round (so the shared prompt or task order stays the same on all ranks)
 and plays only while its own share is short; the rounds go on while any rank is short.

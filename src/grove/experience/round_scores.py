@@ -1,7 +1,7 @@
 """A round's reward scores and what can be wrong with them as a whole: samples no weighted reward applies to
 (left out of the step, said once; a round left with none is an error naming the cause) and weighted rewards whose
 sum overflows float32 (an error naming each reward's value and weight). Used by
-:mod:`grove.pipeline.collect`."""
+:mod:`grove.experience.completion_collection`."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def check_weighted_sums(
     rewards: Tensor, names: Sequence[str], weights: Sequence[float], prompts: list[str], texts: list[str], step: int
 ) -> None:
     """Raise :class:`RewardFunctionError` when some sample's weighted rewards ``Σ_k |w_k r_k|`` exceed float32's
-    range: every value fits float32 (the rewards' check), but their weighted sum (in whatever order an aggregator
+    range: every value fits float32 (the rewards' check), but their weighted sum (in whatever order a combiner
     adds them) could become ±inf, and a NaN/inf score would only surface steps later as skipped updates."""
     w = torch.tensor(weights, dtype=torch.float64)
     magnitude = torch.nansum((rewards.double() * w).abs(), dim=1)
