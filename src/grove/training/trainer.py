@@ -38,6 +38,7 @@ from grove.infra.runtime import release_host_memory
 from grove.pipeline.batch_stages import StageBatch, StageContext
 from grove.pipeline.update_seam import UpdateOutcome
 from grove.resolve import RunKind, RunPlan, resolve
+from grove.rollout.engine import RolloutEngine
 from grove.training.nonfinite_guard import nonfinite_advantage_trajectories
 from grove.training.run_building import STAGE_KINDS, build_run, seed_everything
 from grove.training.run_checkpoint import save_run_checkpoint
@@ -78,7 +79,7 @@ class Trainer:
         self.logger, self.heartbeat, self.console = built.logger, built.heartbeat, built.console
 
     @property
-    def engine(self):
+    def engine(self) -> RolloutEngine:
         """The rollout engine of the run (built on first use)."""
         return self.built.inputs.engine
 
