@@ -2,12 +2,19 @@
 
 Three sub-commands:
 
-    # the base model on the training tasks: valid-action rate, success rate, turns (sampling as in training)
+    # the base model (or, with --set model.name=RUN/model, a warm start) on the training tasks: valid-action rate,
+    # success rate, turns (sampling as in training), anchor-group sizes and the step-credit diagnostics of GiGPO on
+    # those episodes (advantage/*: what its step term would have to work with)
     python benchmarks/gigpo.py calibrate examples/frozenlake_gigpo.yaml --groups 8
 
     # the comparison: for each seed, each method (alternated), one `grove train` run in its own process
     python benchmarks/gigpo.py run examples/frozenlake_gigpo.yaml --out runs/bench-gigpo-frozenlake \\
         --seeds 0 1 2 --methods episode_grpo gigpo --set train.steps=20
+
+    # the controlled comparison where anchor states recur (docs/algorithms-gigpo.md, "When GiGPO helps"), with the
+    # scale-matched control and the named options (NAMED_VARIANTS)
+    python benchmarks/gigpo.py run examples/frozenlake_detours_gigpo.yaml --out runs/bench-gigpo-detours \\
+        --seeds 0 1 2 --methods episode_grpo gigpo gigpo_scale_matched
 
     # Markdown tables and a PNG: held-out success per run and pooled over seeds with 95 % intervals, the step
     # each run first reaches --level, and every method minus --baseline paired by held-out item and across seeds
@@ -55,6 +62,7 @@ from seeded_runs import (
 
 def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float]:
     import grove.resolve  # noqa: F401  (registers every built-in component)
+    from grove.core.advantages.gigpo import GiGPOParams, gigpo
     from grove.experience import SourceContext, build_experience_source
     from grove.experience.episode_metrics import anchor_metrics, episode_metrics
     from grove.experience.trajectory_batch import trajectories_to_batch
@@ -71,8 +79,12 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float
     start = time.perf_counter()
     tasks = list(source.suite.train_tasks)[:groups]
     run = source.play([(t, t) for t in tasks], cfg.train.completions_per_prompt, source.sampling)
-    batch, _ = trajectories_to_batch(run.trajectories, cfg.train.completions_per_prompt)
+    batch, scores = trajectories_to_batch(run.trajectories, cfg.train.completions_per_prompt)
     out = {**episode_metrics(run.trajectories), **anchor_metrics(batch)}
+    # what GiGPO's step term would have to work with on these episodes (the config's gigpo parameters)
+    advantage = cfg.algorithm.advantage
+    params = GiGPOParams(**advantage.params) if advantage.id == "gigpo" else GiGPOParams()
+    out.update({f"advantage/{k}": v for k, v in gigpo(batch, scores, params).stats.items()})
     out["groups_with_mixed_success"] = sum(
         len({t.won for t in run.trajectories if t.group == g}) > 1 for g in range(len(tasks))
     ) / len(tasks)
@@ -86,8 +98,22 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict[str, float
     return out
 
 
+#: the variants named beyond the estimator ids: the controls and options of the controlled comparison
+#: (docs/algorithms-gigpo.md, "When GiGPO helps"), each an ``algorithm.advantage`` block
+NAMED_VARIANTS = {
+    "gigpo_scale_matched": "{id: gigpo, match_episode_rms: true}",
+    "gigpo_start_excluded": "{id: gigpo, start_state: excluded}",
+    "gigpo_std": "{id: gigpo, mode: mean_std_norm}",
+    "episode_grpo_std": "{id: episode_grpo, mode: mean_std_norm}",
+    "gigpo_omega0": "{id: gigpo, step_advantage_weight: 0.0}",
+}
+
+
 def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str], parallel: int = 1) -> None:
-    variants = {method: [f"algorithm.advantage={{id: {method}}}"] for method in methods}
+    """Each method (an advantage estimator id, or one of :data:`NAMED_VARIANTS`) on each seed."""
+    variants = {
+        method: [f"algorithm.advantage={NAMED_VARIANTS.get(method, f'{{id: {method}}}')}"] for method in methods
+    }
     train_alternated(config, out, seeds, variants, overrides, parallel)
 
 

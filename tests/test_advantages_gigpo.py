@@ -296,6 +296,8 @@ def test_stats_and_token_scatter():
         "step_mean",
         "step_std",
         "step_nonzero_frac",
+        "step_episode_corr",  # the step-credit diagnostics (tests/test_step_credit_diagnostics.py)
+        *(f"advantage_rms_turn/{k}" for k in sorted({int(i) for i in batch.steps.index})),
     }
     assert out.stats["step_nonzero_frac"] == pytest.approx(2 / 5)  # A0 and B0
     anchors = anchor_metrics(batch)  # the anchor-group sizes are the experience source's metrics

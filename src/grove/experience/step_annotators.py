@@ -10,6 +10,7 @@ when it needs a per-step signal the table lacks, an annotator like these.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 
 import torch
@@ -19,7 +20,7 @@ from grove.batch import step_kind_id
 from grove.experience.episode_records import Turn
 from grove.registry import STEP_ANNOTATORS
 
-__all__ = ["step_kind", "step_outcome", "step_type"]
+__all__ = ["action_id", "step_action", "step_kind", "step_outcome", "step_type"]
 
 
 def step_type(turn: Turn) -> str | None:
@@ -34,6 +35,21 @@ def step_kind(turns: Sequence[Turn]) -> Tensor:
     """``long [S]``: :func:`grove.batch.step_kind_id` of each step's type (``"query"``, ``"answer"``, ...), so
     Step-GRPO can compare corresponding steps."""
     return torch.tensor([step_kind_id(step_type(t)) for t in turns], dtype=torch.long)
+
+
+def action_id(turn: Turn) -> int:
+    """A stable non-negative integer for the parsed action (the same text, case and surrounding spaces aside, gives
+    the same id in every run); -1 for an action that could not be parsed."""
+    if not turn.parsed.valid or turn.parsed.action is None:
+        return -1
+    return zlib.crc32(turn.parsed.action.strip().lower().encode("utf-8")) & 0x7FFFFFFF
+
+
+@STEP_ANNOTATORS.register("action", summary="The parsed action as a stable integer id (-1: an unparsed action).")
+def step_action(turns: Sequence[Turn]) -> Tensor:
+    """``long [S]``: :func:`action_id` of each step, so that the steps of an anchor group can be told apart by what
+    they did (GiGPO's diagnostics: :mod:`grove.core.advantages.step_credit_diagnostics`)."""
+    return torch.tensor([action_id(t) for t in turns], dtype=torch.long)
 
 
 @STEP_ANNOTATORS.register("outcome", summary="The outcome the environment reports on the step (info['outcome'], else 0).")

@@ -40,6 +40,7 @@ from torch import Tensor
 from grove.batch import RolloutBatch, StepTable
 from grove.core import papers
 from grove.core.advantages.common import AdvantageOutput, check_scores
+from grove.core.advantages.step_credit_diagnostics import step_credit_diagnostics
 from grove.core.advantages.step_table_ops import (
     Mode,
     episode_stats,
@@ -70,6 +71,7 @@ __all__ = [
 EpisodeStatistics = Literal["steps", "trajectories"]
 Penalty = Literal["after_returns", "in_reward"]
 EpisodeScore = Literal["return", "outcome"]
+StartState = Literal["anchor", "excluded"]
 
 _MODE = "'mean_norm': A = x - mean (verl-agent's default); 'mean_std_norm': A = (x - mean) / (std + eps)."
 _PENALTY = (
@@ -123,6 +125,25 @@ class GiGPOParams(EpisodeGRPOParams):
     step_advantage_weight: float = Field(
         1.0, description="omega in A = A_episode + omega A_step (verl-agent's step_advantage_w)."
     )
+    match_episode_rms: bool = Field(
+        False,
+        description="The scale-matched control: A = A_episode + omega A_step rescaled per batch so that its RMS over "
+        "the steps equals A_episode's. The update then has GRPO-on-trajectories' magnitude and GiGPO's direction, "
+        "which separates GiGPO's credit assignment from the larger steps its added term takes (not in verl-agent).",
+    )
+    start_state: StartState = Field(
+        "anchor",
+        description="'anchor' (verl-agent): the start state is an anchor state like any other, so turn 0's anchor group "
+        "is its whole env group and its A_step re-ranks the episodes by discounted return; 'excluded' (a deviation "
+        "from verl-agent, after HGPO's observation that the start state carries no step-level choice to credit): "
+        "turn-0 steps belong to no anchor group (A_step = 0), the episode term alone credits the first action.",
+    )
+
+
+def _rms_ratio(target: Tensor, x: Tensor) -> float:
+    """``rms(target) / rms(x)`` over the steps (1 when ``x`` is all zeros)."""
+    rms_x = float(x.double().square().mean().sqrt()) if x.numel() else 0.0
+    return float(target.double().square().mean().sqrt()) / rms_x if rms_x > 0 else 1.0
 
 
 # --------------------------------------------------------------------------- per-step quantities
@@ -194,11 +215,18 @@ def step_advantages(
     penalty: Penalty = "after_returns",
     eps: float = 1e-6,
     unbiased_std: bool = True,
+    start_state: StartState = "anchor",
 ) -> Tensor:
     """``[S]`` float64: GiGPO's step advantage ``A^S`` (verl-agent ``step_norm_reward``): each step's
-    discounted return normalised over its anchor group; a lone step in its anchor group gets 0."""
+    discounted return normalised over its anchor group; a lone step in its anchor group gets 0. With
+    ``start_state: excluded`` the steps of turn 0 belong to no anchor group (each gets 0)."""
     returns = step_returns(steps, gamma=gamma, penalty=penalty)
-    anchor, num = dense_index(steps.anchor)
+    anchors = steps.anchor
+    if start_state == "excluded":  # each first step alone: ids below every anchor id, one per step
+        first = steps.index == 0
+        alone = anchors.min() - 1 - torch.arange(len(anchors), device=anchors.device)
+        anchors = torch.where(first, alone, anchors)
+    anchor, num = dense_index(anchors)
     return normalize_within(returns, anchor, num, mode=mode, eps=eps, unbiased=unbiased_std, lone="zero")
 
 
@@ -222,12 +250,19 @@ def gigpo(batch: RolloutBatch, scores: Tensor, params: GiGPOParams) -> Advantage
     dtype = step_output_dtype(check_scores(batch, scores), steps)
     a_episode = episode_advantages(steps, **params.model_dump(include=set(EpisodeGRPOParams.model_fields)))
     a_step = step_advantages(
-        steps, **params.model_dump(exclude={"episode_statistics", "episode_score", "step_advantage_weight"})
+        steps, **params.model_dump(
+            exclude={"episode_statistics", "episode_score", "step_advantage_weight", "match_episode_rms"}
+        )
     )
     weighted_step = params.step_advantage_weight * a_step
-    advantages = steps_to_tokens(batch, a_episode + weighted_step, dtype)
-    parts = {"episode": a_episode, "step": weighted_step}
-    return AdvantageOutput(advantages, {**episode_stats(a_episode), **step_stats(a_step)}, parts)
+    combined = a_episode + weighted_step
+    scale = _rms_ratio(a_episode, combined) if params.match_episode_rms else 1.0
+    combined = combined * scale
+    advantages = steps_to_tokens(batch, combined, dtype)
+    parts = {"episode": a_episode * scale, "step": weighted_step * scale}
+    stats = {**episode_stats(a_episode), **step_stats(a_step),
+             **step_credit_diagnostics(steps, a_episode, a_step, combined)}
+    return AdvantageOutput(advantages, stats, parts)
 
 
 @ADVANTAGE_ESTIMATORS.register(
