@@ -34,6 +34,7 @@ from torch import Tensor
 from grove.batch import RolloutBatch
 from grove.core.advantages import AdvantageFn, run_estimator
 from grove.core.objectives import CombineFn, CombineOutput, objective_statistics, run_combiner
+from grove.core.objectives.resolution import advantage_resolution
 from grove.core.token_ops import row_mean
 from grove.distributed.batch_exchange import gather_batch
 from grove.distributed.world import World
@@ -154,8 +155,12 @@ class CreditAssignment:
 
 
 def _objective_statistics(batch: RolloutBatch, combined: CombineOutput) -> dict[str, float]:
+    """The per-objective statistics and the signal's resolution (distinct advantages per reward combination)."""
     sequence_advantages = row_mean(batch.advantages, batch.policy_token_mask)
-    return objective_statistics(batch, combined, sequence_advantages, batch.reward_names)
+    return {
+        **objective_statistics(batch, combined, sequence_advantages, batch.reward_names),
+        **advantage_resolution(batch.rewards, sequence_advantages, batch.group_index),
+    }
 
 
 def kl_penalised_scores(
