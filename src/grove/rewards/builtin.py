@@ -241,3 +241,36 @@ def length_penalty(
             penalty = min(penalty, params.max_penalty)
         out.append(-penalty if penalty > 0 else 0.0)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# length_limit
+# --------------------------------------------------------------------------------------------
+
+
+class LengthLimitParams(BaseModel):
+    """Parameters of the ``length_limit`` reward (a constraint in the policy's tokens)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_tokens: int = Field(..., ge=1, description="A completion of at most this many tokens (EOS included) scores 1.")
+
+
+@REWARD_FUNCTIONS.register(
+    "length_limit",
+    params=LengthLimitParams,
+    paper="GDPO (length constraint reward)",
+    summary="1.0 if the completion has at most max_tokens tokens of the policy's tokenizer, else 0.0",
+)
+def length_limit(
+    prompts: Sequence[Any], completions: Sequence[str], *, params: LengthLimitParams,
+    completion_ids: Sequence[Sequence[int]] | None = None, **columns: Any,
+) -> list[float | None]:
+    """A binary length constraint counted in the policy's tokens: the ``completion_ids`` column grove passes every
+    reward (the generated token ids, EOS included when generated)."""
+    if completion_ids is None:
+        raise ValueError(
+            "length_limit counts the policy's tokens and needs the completion_ids column (grove passes it with every "
+            "completion; pass completion_ids=[[token ids], ...] when calling it yourself)"
+        )
+    return [1.0 if len(ids) <= params.max_tokens else 0.0 for ids in completion_ids]

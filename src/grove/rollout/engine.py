@@ -110,6 +110,13 @@ class RolloutOutput:
         return self.response_ids.shape[0]
 
     @property
+    def completion_ids(self) -> list[list[int]]:
+        """Each completion's token ids (its response tokens without padding, the EOS included when generated): the
+        ``completion_ids`` column every reward receives, as TRL passes it."""
+        lengths = self.response_mask.sum(dim=1).tolist()
+        return [row[:n] for row, n in zip(self.response_ids.tolist(), lengths, strict=True)]
+
+    @property
     def truncated(self) -> Tensor:
         """``[M]`` bool: the completion hit ``max_new_tokens``."""
         return torch.tensor([r == "length" for r in self.finish_reasons], dtype=torch.bool)
