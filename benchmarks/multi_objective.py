@@ -12,6 +12,10 @@ Two sub-commands:
     # paired by prompt: the objective a combiner sacrifices is the one whose difference lies below zero)
     python benchmarks/multi_objective.py report runs/bench-mo-clinical --png docs/img/multi_objective_clinical.png
 
+    # on the arithmetic constraints (examples/arithmetic_constraints.yaml): also the resolution table and the share
+    # of held-out samples meeting every objective at once ("all met"; a penalty is met at 0)
+    python benchmarks/multi_objective.py report runs/bench-mo-arith --met-at
+
 A combiner runs with the estimator it is designed for: ``sum_then_normalize`` and ``variance_weighted`` with
 ``grpo``; ``normalize_then_sum`` (GDPO, TRL's batch renormalisation) with ``score_as_advantage``. Everything else
 (model, task, rewards and their weights, sampling, budget) comes from the config and ``--set``, the same for all.
@@ -78,6 +82,38 @@ def share_table(metrics: dict[str, dict[int, list[dict]]], objectives: list[str]
     return "\n".join(lines)
 
 
+RESOLUTION = ("reward_combinations", "advantage_values", "collapsed_group_fraction")
+
+
+def resolution_table(metrics: dict[str, dict[int, list[dict]]]) -> str:
+    """Per combiner, GDPO's resolution of the signal (``resolution/*``, mean over steps and seeds): the distinct
+    reward combinations of a group, the distinct advantages the combiner made of them, and the share of groups where
+    it merged combinations the rewards tell apart."""
+    lines = ["| combiner | reward combinations per group | advantage values per group | groups that merged "
+             "combinations | steps × seeds |", "|---|---|---|---|---|"]
+    for combiner, per_seed in metrics.items():
+        cells, count = [], 0
+        for name in RESOLUTION:
+            vals = [r[f"resolution/{name}"] for recs in per_seed.values() for r in recs if f"resolution/{name}" in r]
+            count = max(count, len(vals))
+            cells.append(f"{statistics.mean(vals):.2f}" if vals else "–")
+        lines.append(f"| `{combiner}` | " + " | ".join(cells) + f" | {count} |")
+    return "\n".join(lines)
+
+
+def all_met(thresholds: dict[str, float]):
+    """A sample's value of the pseudo-objective "all met": 1 when every objective reaches its threshold (``--met-at``;
+    default 1.0, e.g. 0 for a penalty), 0 otherwise; ``None`` for a sample without rewards."""
+
+    def value(row: dict) -> float | None:
+        rewards = row.get("rewards") or {}
+        if not rewards:
+            return None
+        return float(all(v is not None and v >= thresholds.get(k, 1.0) for k, v in rewards.items()))
+
+    return value
+
+
 def objectives_of(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
     names: dict[str, None] = {}
     for per_seed in runs.values():
@@ -111,19 +147,25 @@ def table(runs: dict[str, dict[int, list[dict]]], objectives: list[str]) -> str:
     return "\n".join(lines)
 
 
-def held_out_table(out: Path, objectives: list[str], baseline: str = "sum_then_normalize") -> str:
+def held_out_table(
+    out: Path, objectives: list[str], baseline: str = "sum_then_normalize", met_at: dict[str, float] | None = None
+) -> str:
     """Each objective's held-out mean after training, pooled over a combiner's seeds, with the 95 % interval over
     held-out prompts (from the last evaluation's samples); each combiner − the baseline paired by prompt (an
     objective whose difference lies below zero is the one a combiner sacrifices); and each combiner's change
-    from the first evaluation (the warm start) paired by prompt."""
+    from the first evaluation (the warm start) paired by prompt. With ``met_at`` a last column, ``all met``: the
+    share of samples meeting every objective at once (:func:`all_met`)."""
     runs = runs_by_variant(out, lambda r: finished(r) and bool(evaluation_steps(r)))
     if not runs:
         return ""
+    readers = {name: (lambda row, n=name: row.get("rewards", {}).get(n)) for name in objectives}
+    if met_at is not None:
+        readers["all met"] = all_met(met_at)
+    objectives = list(readers)
+
     def pooled_values(step_of) -> dict[str, dict[str, dict[str, list[float]]]]:
         return {
-            a: {name: merge([item_values(r, lambda row, n=name: row.get("rewards", {}).get(n), step=step_of(r))
-                             for r in rs])
-                for name in objectives}
+            a: {name: merge([item_values(r, read, step=step_of(r)) for r in rs]) for name, read in readers.items()}
             for a, rs in runs.items()
         }
 
@@ -189,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="table and PNG of finished runs")
     p.add_argument("out", type=Path)
     p.add_argument("--png", type=Path)
+    p.add_argument("--met-at", nargs="*", default=None, metavar="NAME=VALUE",
+                   help="add the share of samples meeting every objective at once; an objective is met at VALUE "
+                        "(default 1.0; e.g. brevity=0 for a penalty)")
     args = parser.parse_args(argv)
     if args.command == "run":
         run(args.config, args.out, args.seeds, args.combiners, args.overrides, args.parallel)
@@ -200,8 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     objectives = objectives_of(runs)
     print(table(runs, objectives))
     print()
-    print(share_table(collect(args.out, "metrics.jsonl"), objectives))
-    held_out = held_out_table(args.out, objectives)
+    metrics = collect(args.out, "metrics.jsonl")
+    print(share_table(metrics, objectives))
+    print()
+    print(resolution_table(metrics))
+    met_at = None if args.met_at is None else {k: float(v) for k, v in (m.split("=", 1) for m in args.met_at)}
+    held_out = held_out_table(args.out, objectives, met_at=met_at)
     if held_out:
         print("\nHeld-out after training, pooled over seeds (95 % intervals over prompts):\n")
         print(held_out)

@@ -173,13 +173,14 @@ def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, mo
     for o in overrides:
         argv += ["--set", o]
     png = tmp_path / "mo.png"
-    for args in (argv, ["multi_objective.py", "report", str(out), "--png", str(png)]):
+    for args in (argv, ["multi_objective.py", "report", str(out), "--png", str(png), "--met-at", "acc=1"]):
         monkeypatch.setattr(sys, "argv", args)
         with pytest.raises(SystemExit) as e:
             runpy.run_path(str(BENCHMARKS / "multi_objective.py"), run_name="__main__")
         assert e.value.code == 0
     printed = capsys.readouterr().out
     assert "| `normalize_then_sum` | has_seven |" in printed and "| `sum_then_normalize` | acc |" in printed
+    assert "advantage values per group" in printed and "| all met |" in printed
     assert "| `normalize_then_sum` after − before (paired by prompt) | 1 |" in printed
     assert "advantage share (median)" in printed
     assert (out / "sum_then_normalize-seed0.log").stat().st_size > 0 and (out / "normalize_then_sum-seed0.log").exists()
