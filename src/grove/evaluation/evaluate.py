@@ -165,7 +165,7 @@ def _greedy_pass(
     names, _ = reward_columns(rewards)
     out = engine.generate(ids, 1, greedy, generator)
     prompts = [e.prompt_text for e in chunk]
-    columns = {**columns_for_rewards(chunk), "completion_ids": out.completion_ids}
+    columns = columns_for_rewards(chunk, out.completion_ids)
     values = compute_rewards(rewards, prompts, out.texts, columns, step=-1, when=when)
     correct = (torch.nan_to_num(values[:, column], nan=0.0) >= 1.0).tolist()
     records = [
@@ -222,7 +222,7 @@ def _sampled_pass(
         part_ids, part_examples = ids[part : part + per_batch], chunk[part : part + per_batch]
         drawn = engine.generate(part_ids, samples, sampled, generator)  # rows i * samples + j
         repeated = [e for e in part_examples for _ in range(samples)]
-        columns = {**columns_for_rewards(repeated), "completion_ids": drawn.completion_ids}
+        columns = columns_for_rewards(repeated, drawn.completion_ids)
         scores = compute_rewards(rewards, [e.prompt_text for e in repeated], drawn.texts, columns, step=-1, when=when)
         hits = (torch.nan_to_num(scores[:, column], nan=0.0) >= 1.0).view(len(part_examples), samples)
         counts.extend(hits.sum(dim=1).tolist())

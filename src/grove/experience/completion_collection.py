@@ -107,7 +107,7 @@ def _score(
     """
     rows = [examples[i] for i in out.prompt_index.tolist()]
     prompts = [e.prompt_text for e in rows]
-    columns = {**columns_for_rewards(rows), "completion_ids": out.completion_ids}
+    columns = columns_for_rewards(rows, out.completion_ids)
     skipped: set[int] = set()
     rewards = compute_rewards(s.rewards, prompts, out.texts, columns, step=step, stats=stats, skipped=skipped)
     names_, weights_ = reward_columns(s.rewards)

@@ -60,7 +60,3 @@ class ComponentLookups:
         :class:`grove.config.components.ComponentParamsError` naming each parameter by its full key."""
         entry = self.entry(registry, spec.id, key)
         return Resolved(entry, validated_params(spec.params, entry, registry.kind, key))
-
-    def looked_up(self) -> dict[tuple[str, str], Entry]:
-        """Every entry looked up so far, by (registry kind, id)."""
-        return dict(self._entries)

@@ -29,6 +29,7 @@ import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grove.builtin_components  # noqa: F401  (registers every built-in component)
 from grove.config import ConfigError, GroveConfig
@@ -59,6 +60,9 @@ from grove.resolve.preflight import preflight
 from grove.resolve.run_components import RunComponents, resolve_components
 from grove.resolve.run_entries import RunEntries, RunKind
 from grove.tasks.task import TASKS
+
+if TYPE_CHECKING:
+    from grove.rewards.scoring import RewardSpec
 
 __all__ = ["ModelNeeds", "RunEntries", "RunKind", "RunPlan", "resolve"]
 
@@ -91,7 +95,7 @@ class RunPlan:
     objective_names: tuple[str, ...]
     reward_model_bytes: int
     skip_zero_advantage_blocker: str | None
-    rewards: tuple = ()
+    rewards: tuple[RewardSpec, ...] = ()
 
     @property
     def scoring(self) -> ObjectiveScoring:

@@ -124,9 +124,15 @@ def build_task(spec: str | Any, params: Mapping[str, Any] | BaseModel | None = N
     return entry.fn(validated)
 
 
-def columns_for_rewards(examples: Sequence[Example]) -> dict[str, list[Any]]:
-    """Column-wise view of ``examples[i].columns`` for reward calls (``None`` where an example lacks a key)."""
+def columns_for_rewards(
+    examples: Sequence[Example], completion_ids: Sequence[Sequence[int]] | None = None
+) -> dict[str, list[Any]]:
+    """Column-wise view of ``examples[i].columns`` for reward calls (``None`` where an example lacks a key), with
+    ``completion_ids`` (each completion's generated token ids, TRL's column) when given."""
     keys: dict[str, None] = {}
     for ex in examples:
         keys.update(dict.fromkeys(ex.columns))
-    return {k: [ex.columns.get(k) for ex in examples] for k in keys}
+    columns = {k: [ex.columns.get(k) for ex in examples] for k in keys}
+    if completion_ids is not None:
+        columns["completion_ids"] = [list(ids) for ids in completion_ids]
+    return columns
