@@ -17,7 +17,8 @@ Three sub-commands:
         --seeds 0 1 2 --methods episode_grpo gigpo gigpo_scale_matched
 
     # Markdown tables and a PNG: held-out success per run and pooled over seeds with 95 % intervals, the step
-    # each run first reaches --level, and every method minus --baseline paired by held-out item and across seeds
+    # each run first reaches --level, every method minus --baseline paired by held-out item and across seeds, the
+    # turns to the goal on held-out successes, and the step-credit diagnostics (DIAGNOSTICS) per method
     python benchmarks/gigpo.py report runs/bench-gigpo-frozenlake runs/bench-gigpo-textworld \\
         --png docs/img/gigpo.png --level 0.45
 
@@ -39,11 +40,15 @@ from pathlib import Path
 from held_out import (
     MODES,
     HeldOut,
+    ItemMean,
     SeedInterval,
     evaluation_steps,
     greedy_interval,
     held_out,
+    item_values,
+    merge,
     paired_difference,
+    paired_item_difference,
     percent,
     pooled,
 )
@@ -244,6 +249,75 @@ def held_out_tables(name: str, runs: dict[str, list[Path]], level: float, baseli
     return lines
 
 
+#: what GiGPO's step term had to work with (``step_credit_diagnostics``, the anchor metrics), averaged over a run's
+#: steps; an estimator without a step term logs only the anchor metrics
+DIAGNOSTICS = {
+    "steps in shared anchor groups": "anchor_steps_in_shared_groups",
+    "anchor group size": "anchor_group_size_mean",
+    "A_S ≠ 0": "advantage/step_nonzero_frac",
+    "groups with ≥ 2 actions": "advantage/anchor_distinct_actions_frac",
+    "corr(A_S, A_E)": "advantage/step_episode_corr",
+    "RMS A, turn 0": "advantage/advantage_rms_turn/0",
+    "RMS A, turn 1": "advantage/advantage_rms_turn/1",
+    "RMS A, turns 4+": "advantage/advantage_rms_turn/4+",
+    "advantage std (tokens)": "advantage_std",
+    "grad norm": "grad_norm",
+}
+
+
+def _run_mean(run: Path, key: str) -> float:
+    values = [x[key] for x in read_jsonl(run / "metrics.jsonl") if isinstance(x.get(key), (int, float))]
+    values = [v for v in values if math.isfinite(v)]
+    return statistics.fmean(values) if values else math.nan
+
+
+def diagnostics_table(name: str, runs: dict[str, list[Path]]) -> list[str]:
+    """Per method, each diagnostic's mean over the steps of each run, then over its seeds (— where not logged)."""
+    lines = [
+        f"Step-credit diagnostics, {name} (mean over training steps, then over seeds):",
+        "",
+        "| method | " + " | ".join(DIAGNOSTICS) + " |",
+        "|---|" + "---|" * len(DIAGNOSTICS),
+    ]
+    for method, rs in runs.items():
+        cells = []
+        for key in DIAGNOSTICS.values():
+            values = [v for v in (_run_mean(r, key) for r in rs) if not math.isnan(v)]
+            cells.append(f"{statistics.fmean(values):.2f}" if values else "—")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _turns_of_wins(run: Path, step: int, mode: str) -> dict[str, list[float]]:
+    """Per held-out item, the turns of each won episode (mode ``greedy`` or ``sampled``)."""
+    return item_values(run, lambda row: row["turns"] if row.get("won") else None, step, mode)
+
+
+def steps_to_goal_lines(name: str, runs: dict[str, list[Path]], baseline: str) -> list[str]:
+    """Mean turns of the held-out successes (where GiGPO's step credit predicts the clearest gain: shorter
+    paths), before and after training, pooled over seeds with the interval over items, and each method −
+    baseline paired by item over the items both methods won."""
+    first = {m: evaluation_steps(rs[0])[0] for m, rs in runs.items()}
+    lines = [f"Turns to the goal on held-out successes, {name} (pooled over seeds; interval over items):", ""]
+    after: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for method, rs in runs.items():
+        modes = [m for m in MODES if m in held_out(rs[0]).outcomes]
+        after[method] = {m: merge([_turns_of_wins(r, evaluation_steps(r)[-1], m) for r in rs]) for m in modes}
+        for m in modes:
+            before = ItemMean.of(merge([_turns_of_wins(r, first[method], m) for r in rs]))
+            lines.append(f"- {method}, {m}: {before.show(1, ' turns', 2)} → "
+                         f"**{ItemMean.of(after[method][m]).show(1, ' turns', 2)}**")
+    if baseline in runs:
+        for method in runs:
+            if method == baseline:
+                continue
+            for m in after[method]:
+                if m in after[baseline]:
+                    diff = paired_item_difference(after[method][m], after[baseline][m])
+                    lines.append(f"- {method} − {baseline}, {m}, paired by item: {diff.show(1, ' turns', 2)}")
+    return lines
+
+
 def report(dirs: list[Path], png: Path | None, level: float = 0.45, baseline: str = "episode_grpo") -> str:
     lines: list[str] = []
     panels = []
@@ -254,11 +328,21 @@ def report(dirs: list[Path], png: Path | None, level: float = 0.45, baseline: st
         lines += training_table(d.name, runs)
         if unfinished:
             lines += ["", f"Not finished (left out; `run` resumes them): {', '.join(r.name for r in unfinished)}"]
+        if runs:
+            lines += ["", *diagnostics_table(d.name, runs)]
         if runs and all(evaluation_steps(r) for rs in runs.values() for r in rs):
             lines += ["", *held_out_tables(d.name, runs, level, baseline), ""]
+            if any("turns" in json.loads(line) for line in _first_rows(next(iter(runs.values()))[0])):
+                lines += [*steps_to_goal_lines(d.name, runs, baseline), ""]
     if png is not None:
         _plot(panels, png)
     return "\n".join(lines)
+
+
+def _first_rows(run: Path, n: int = 5) -> list[str]:
+    """The first lines of the run's first evaluation samples (to see which fields its rows carry)."""
+    path = run / f"eval_samples_step{evaluation_steps(run)[0]:06d}.jsonl"
+    return path.read_text().splitlines()[:n]
 
 
 def _plot(panels: list[tuple[str, dict[str, list[Path]]]], png: Path) -> None:

@@ -154,6 +154,44 @@ def test_gigpo_report_held_out_intervals_by_hand(tmp_path, monkeypatch, capsys) 
     assert "Not finished (left out; `run` resumes them): gigpo-seed2" in text
 
 
+def test_gigpo_report_turns_to_goal_and_diagnostics_by_hand(tmp_path, monkeypatch, capsys) -> None:
+    """Turns on held-out successes (pooled, and paired by item against the baseline) and the step-credit
+    diagnostics averaged over the steps (NaN steps left out; a method without the metric shows a dash)."""
+    import json
+
+    turns_after = {"episode_grpo": (8, 10), "gigpo": (6, 6)}
+    for method, (t0, t1) in turns_after.items():
+        run = tmp_path / "bench" / f"{method}-seed0"
+        run.mkdir(parents=True)
+        extra = ({"advantage/step_episode_corr": 0.5}, {"advantage/step_episode_corr": 0.7},
+                 {"advantage/step_episode_corr": float("nan")}) if method == "gigpo" else ({}, {}, {})
+        rows = [{"step": s, "success_rate": 0.5, "turns_per_episode": 3, "invalid_action_rate": 0.0,
+                 "step_seconds": 2.0, "elapsed_seconds": 2.0 * s, **extra[s - 1]} for s in (1, 2, 3)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (run / "eval.jsonl").write_text("".join(json.dumps({"step": s, "accuracy": 0.5}) + "\n" for s in (0, 3)))
+        before = [{"task_id": 0, "won": True, "turns": 10}, {"task_id": 1, "won": False, "turns": 20}]
+        after = [{"task_id": 0, "won": True, "turns": t0}, {"task_id": 1, "won": True, "turns": t1}]
+        for step, evals in ((0, before), (3, after)):
+            (run / f"eval_samples_step{step:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+        (run / "summary.json").write_text("{}")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setattr(sys, "argv", ["gigpo.py", "report", str(tmp_path / "bench")])
+    runpy.run_path(str(BENCHMARKS / "gigpo.py"), run_name="__main__")
+    text = capsys.readouterr().out
+    # episode_grpo: item 0 in 8 turns, item 1 in 10: mean 9, sd sqrt(2), half-width 1.96 * sqrt(2) / sqrt(2)
+    assert "- episode_grpo, greedy: 10.00 turns (nan–nan, 1 items) → **9.00 turns (7.04–10.96, 2 items)**" in text
+    assert "- gigpo, greedy: 10.00 turns (nan–nan, 1 items) → **6.00 turns (6.00–6.00, 2 items)**" in text
+    # paired by item: 6 - 8 and 6 - 10
+    assert "- gigpo − episode_grpo, greedy, paired by item: -3.00 turns (-4.96–-1.04, 2 items)" in text
+    corr = "corr(A_S, A_E)"
+    header = next(line for line in text.splitlines() if line.startswith("| method | steps in shared"))
+    column = header.split(" | ").index(corr)
+    gigpo_row = next(line for line in text.splitlines() if line.startswith("| gigpo | ") and "—" in line)
+    assert gigpo_row.split(" | ")[column] == "0.60"
+    grpo_row = next(line for line in text.splitlines() if line.startswith("| episode_grpo | ") and "—" in line)
+    assert grpo_row.split(" | ")[column] == "—"
+
+
 def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
     """benchmarks/multi_objective.py: one seed of two reward combiners on a tiny model, both at once (``--parallel``),
     then the table and the PNG (the runs' log files beside their directories are not runs)."""

@@ -17,6 +17,10 @@
     ["invalid actions", ["invalid_action_rate"]],
     ["groups without signal (zero std)", ["zero_std_group_fraction"]],
     ["D^3S selection (kept fraction)", ["selection/kept_tokens_frac", "selection/kept_samples_frac"]],
+    ["GiGPO step credit (what the step term had to work with)", ["anchor_steps_in_shared_groups", "advantage/step_nonzero_frac", "advantage/anchor_distinct_actions_frac", "advantage/step_episode_corr"]],
+    ["advantage RMS by turn", ["advantage/advantage_rms_turn/0", "advantage/advantage_rms_turn/1", "advantage/advantage_rms_turn/2", "advantage/advantage_rms_turn/3", "advantage/advantage_rms_turn/4+"]],
+    ["reward resolution (per group: distinct reward combinations vs distinct advantages)", ["resolution/reward_combinations", "resolution/advantage_values"]],
+    ["groups whose distinct reward combinations collapsed", ["resolution/collapsed_group_fraction"]],
     ["learning rate", ["lr"]],
   ];
 
