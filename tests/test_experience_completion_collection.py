@@ -18,6 +18,7 @@ from grove.pipeline.credit import CreditAssignment, KLInReward, StepExperience
 from grove.registry import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, NoParams, Requires
 from grove.rewards.scoring import resolve_reward
 from grove.rollout.engine import RolloutOutput, SamplingParams
+from grove.rollout.prompt_encoding import EncodedPrompts
 from grove.tasks.task import Example
 
 
@@ -66,7 +67,7 @@ def make_source(order: list[int]):
     def draw(count: int):
         ids = order[position["next"] : position["next"] + count]
         position["next"] += count
-        return [Example(prompt=f"q{k}", answer="7") for k in ids], [[k, 0] for k in ids]
+        return [Example(prompt=f"q{k}", answer="7") for k in ids], EncodedPrompts([[k, 0] for k in ids])
 
     return draw
 

@@ -28,6 +28,10 @@ environment tokens and pads). With per-step prompts a sample holds one step; wit
 conversation a sample holds every step of a trajectory (its environment tokens masked out of the
 loss), so step-level credit (GiGPO) is computed on the step table and scattered to tokens through
 ``token_steps`` in either layout. Single-turn batches have no step table.
+
+Prompts with images (a vision-language policy) carry their pixels in ``images``, an
+:class:`grove.image_table.ImageTable` with one owner per sample: the image tokens are prompt tokens, and every forward
+over the batch passes the pixels of its samples (:func:`grove.models.vision_language.pixel_inputs`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from grove.image_table import ImageTable
 from grove.step_table import StepTable, select_steps, stack_step_tables, step_kind_id
 
 __all__ = ["PER_TOKEN_FIELDS", "RolloutBatch", "StepTable", "concat_batches", "step_kind_id"]
@@ -80,6 +85,7 @@ class RolloutBatch:
     token_steps: Tensor | None = None
     reward_weights: tuple[float, ...] = ()
     metadata: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    images: ImageTable | None = None
 
     # ------------------------------------------------------------------ checks
     def __post_init__(self) -> None:
@@ -126,6 +132,8 @@ class RolloutBatch:
             raise ValueError(f"metadata has {len(self.metadata)} entries for {n} samples")
         if (self.steps is None) != (self.token_steps is None):
             raise ValueError("steps and token_steps go together: set both or neither")
+        if self.images is not None and self.images.num_owners != n:
+            raise ValueError(f"images index {self.images.num_owners} samples, the batch has {n}")
         self._check_hierarchy()
 
     def _check_hierarchy(self) -> None:
@@ -192,6 +200,8 @@ class RolloutBatch:
             changes["metadata"] = tuple(self.metadata[i] for i in idx.tolist())
         if self.steps is not None:
             changes["steps"], changes["token_steps"] = select_steps(self.steps, changes["token_steps"], idx, self.num_samples)
+        if self.images is not None:
+            changes["images"] = self.images.select(idx)
         return dataclasses.replace(self, **changes)
 
     def to(self, device: torch.device | str) -> RolloutBatch:
@@ -202,6 +212,8 @@ class RolloutBatch:
         }
         if self.steps is not None:
             changes["steps"] = self.steps.to(device)
+        if self.images is not None:
+            changes["images"] = self.images.to(device)
         return dataclasses.replace(self, **changes)
 
     def trimmed(self) -> RolloutBatch:
@@ -279,6 +291,8 @@ def concat_batches(batches: list[RolloutBatch], *, pad_token_id: int = 0) -> Rol
         if any(b.steps is None for b in batches):
             raise ValueError("steps is set in some batches and not others")
         changes["steps"], changes["token_steps"] = _concat_steps(batches)
+    if any(b.images is not None for b in batches):
+        changes["images"] = ImageTable.of_owners([b.images for b in batches], [b.num_samples for b in batches])
     return dataclasses.replace(first, **changes)
 
 

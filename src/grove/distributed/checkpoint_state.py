@@ -70,7 +70,12 @@ def load_full_optimizer_state(model: nn.Module, optimizer, state: dict[str, Any]
     if state.get("state") and all(isinstance(k, int) for k in state["state"]):
         optimizer.load_state_dict(state)
         return
-    set_optimizer_state_dict(model, optimizer, state, options=_options(False))
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    # not strict: a parameter that never received a gradient has no optimizer state to save (a vision tower's
+    # layers past the one the projector reads), and has none in the uninterrupted run either
+    options = StateDictOptions(full_state_dict=True, cpu_offload=False, strict=False)
+    set_optimizer_state_dict(model, optimizer, state, options=options)
 
 
 def save_sharded_state(model: nn.Module, optimizer, directory: Path) -> None:

@@ -17,14 +17,8 @@ from grove.evaluation.stats import AccuracyReport, SampledReport
 from grove.infra.heartbeat import report_progress
 from grove.infra.precision import autocast
 from grove.rewards.scoring import RewardSpec, compute_rewards, reward_columns
-from grove.rollout.engine import (
-    RolloutEngine,
-    SamplingParams,
-    context_length,
-    encode_prompts,
-    fit_prompts,
-    prompt_preview,
-)
+from grove.rollout.engine import RolloutEngine, SamplingParams, context_length, prompt_preview
+from grove.rollout.prompt_encoding import EncodedPrompts, encode_prompt_batch, fit_encoded
 from grove.tasks.task import Example, columns_for_rewards
 
 log = logging.getLogger("grove.evaluation")
@@ -153,7 +147,7 @@ def _sampled_metrics(correct: list[int], samples: int, tokens: int, temperature:
 
 def _greedy_pass(
     engine: RolloutEngine,
-    ids: list[list[int]],
+    ids: EncodedPrompts,
     chunk: list[Example],
     rewards: Sequence[RewardSpec],
     column: int,
@@ -163,7 +157,7 @@ def _greedy_pass(
 ) -> tuple[torch.Tensor, int, list[dict]]:
     """One greedy completion of each example of ``chunk``: its reward matrix, the generated tokens, the records."""
     names, _ = reward_columns(rewards)
-    out = engine.generate(ids, 1, greedy, generator)
+    out = engine.generate(ids.ids, 1, greedy, generator, **_images(ids))
     prompts = [e.prompt_text for e in chunk]
     columns = columns_for_rewards(chunk, out.completion_ids)
     values = compute_rewards(rewards, prompts, out.texts, columns, step=-1, when=when)
@@ -186,22 +180,26 @@ def _fitted_prompts(
     max_new_tokens: int,
     overflow: str,
     max_new_tokens_key: str,
-) -> tuple[list[list[int]], int]:
-    """The prompt ids of ``chunk`` (examples ``first ..`` of the evaluation), fitted to the model's context
-    (:func:`grove.rollout.engine.fit_prompts`), and how many lost their first tokens."""
-    ids = encode_prompts(
-        tokenizer, [e.prompt for e in chunk], system_prompt=system_prompt, use_chat_template=use_chat_template
-    )
-    return fit_prompts(
-        ids, context_length=context_length, max_new_tokens=max_new_tokens, overflow=overflow,
-        describe=lambda k: f"eval example {first + k} ({prompt_preview(chunk[k].prompt)})",
+) -> tuple[EncodedPrompts, int]:
+    """The encoded prompts of ``chunk`` (examples ``first ..`` of the evaluation), fitted to the model's context
+    (:func:`grove.rollout.prompt_encoding.fit_encoded`), and how many lost their first tokens."""
+    describe = lambda k: f"eval example {first + k} ({prompt_preview(chunk[k].prompt)})"  # noqa: E731
+    ids = encode_prompt_batch(tokenizer, [e.prompt for e in chunk], system_prompt=system_prompt,
+                              use_chat_template=use_chat_template, describe=describe)
+    return fit_encoded(
+        ids, context_length=context_length, max_new_tokens=max_new_tokens, overflow=overflow, describe=describe,
         max_new_tokens_key=max_new_tokens_key,
     )
 
 
+def _images(prompts: EncodedPrompts) -> dict[str, Any]:
+    """The ``images`` keyword of a generate call for prompts with images (none for text prompts)."""
+    return {"images": prompts.images} if prompts.images is not None else {}
+
+
 def _sampled_pass(
     engine: RolloutEngine,
-    ids: list[list[int]],
+    ids: EncodedPrompts,
     chunk: list[Example],
     rewards: Sequence[RewardSpec],
     column: int,
@@ -219,8 +217,8 @@ def _sampled_pass(
     records: list[dict] = []
     per_batch = max(1, batch_size // samples)
     for part in range(0, len(chunk), per_batch):
-        part_ids, part_examples = ids[part : part + per_batch], chunk[part : part + per_batch]
-        drawn = engine.generate(part_ids, samples, sampled, generator)  # rows i * samples + j
+        part_ids, part_examples = ids.rows(part, part + per_batch), chunk[part : part + per_batch]
+        drawn = engine.generate(part_ids.ids, samples, sampled, generator, **_images(part_ids))  # rows i·samples + j
         repeated = [e for e in part_examples for _ in range(samples)]
         columns = columns_for_rewards(repeated, drawn.completion_ids)
         scores = compute_rewards(rewards, [e.prompt_text for e in repeated], drawn.texts, columns, step=-1, when=when)

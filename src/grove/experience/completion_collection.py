@@ -40,12 +40,13 @@ from grove.experience.round_scores import RoundScores, check_weighted_sums, noth
 from grove.pipeline.credit import ScoredExperience
 from grove.rewards.scoring import RewardFunctionError, RewardSpec, compute_rewards, reward_columns
 from grove.rollout.engine import RolloutEngine, RolloutOutput, SamplingParams
+from grove.rollout.prompt_encoding import EncodedPrompts
 from grove.tasks.task import Example, columns_for_rewards
 
 OVERLONG_REWARD = "overlong_penalty"
 
-#: draws the next ``count`` training examples and their prompt token ids
-PromptSource = Callable[[int], tuple[list[Example], list[list[int]]]]
+#: draws the next ``count`` training examples and their encoded prompts
+PromptSource = Callable[[int], tuple[list[Example], EncodedPrompts]]
 
 
 @dataclass(frozen=True)
@@ -137,14 +138,15 @@ def combined_objectives(batch: RolloutBatch, s: ExperienceSettings):
 def _sample_round(
     engine: RolloutEngine,
     examples: list[Example],
-    prompt_ids: list[list[int]],
+    encoded: EncodedPrompts,
     s: ExperienceSettings,
     generator: torch.Generator,
     step: int,
     group_offset: int,
     stats: dict[str, float] | None = None,
 ) -> _Round:
-    out = engine.generate(prompt_ids, s.group_size, s.sampling, generator)
+    images = {"images": encoded.images} if encoded.images is not None else {}  # engines without images keep working
+    out = engine.generate(encoded.ids, s.group_size, s.sampling, generator, **images)
     scored = _score(out, examples, s, step, stats)
     rewards, names, weights, prompts, unscorable = (
         scored.rewards, scored.names, scored.weights, scored.prompts, scored.unscorable
@@ -153,7 +155,7 @@ def _sample_round(
     baseline = None
     if s.greedy_baseline:  # per-sample combiners only (config validation): each greedy sample is its own group
         greedy_sampling = dataclasses.replace(s.sampling, temperature=0.0, top_k=0, top_p=1.0)
-        greedy = engine.generate(prompt_ids, 1, greedy_sampling, generator)
+        greedy = engine.generate(encoded.ids, 1, greedy_sampling, generator, **images)
         g = _score(greedy, examples, s, step, stats)
         g_rewards = g.rewards
         g_rewards[g.unscorable] = torch.nan_to_num(g_rewards[g.unscorable], nan=0.0)  # unscorable baseline: 0
@@ -181,6 +183,7 @@ def _sample_round(
             {"prompt": prompts[k], "completion": out.texts[k], "finish_reason": out.finish_reasons[k]}
             for k in range(num)
         ),
+        images=out.images,
     )
     if stats is not None:
         stats["reward_excluded_samples"] = stats.get("reward_excluded_samples", 0.0) + float(unscorable.sum())
@@ -224,10 +227,10 @@ def collect_scored(
     groups = end - start  # this rank's share of the step's groups
     stats: dict[str, float] = {}
 
-    def play(drawn: tuple[list[Example], list[list[int]]], round_number: int) -> _Round:
-        examples, prompt_ids = drawn
+    def play(drawn: tuple[list[Example], EncodedPrompts], round_number: int) -> _Round:
+        examples, prompts = drawn
         return _sample_round(
-            engine, examples[start:end], prompt_ids[start:end], s, generator, step,
+            engine, examples[start:end], prompts.rows(start, end), s, generator, step,
             group_offset=(round_number - 1) * groups, stats=stats,
         )
 

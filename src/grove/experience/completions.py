@@ -14,17 +14,12 @@ from grove.evaluation.evaluate import EvalResult, evaluate_config
 from grove.experience.completion_collection import ExperienceSettings, collect_scored
 from grove.experience.source import ScoredExperience, SourceContext
 from grove.experience.task_sampler import TaskSampler
+from grove.models.vision_language import processor_of
 from grove.registry import EXPERIENCE_SOURCES
 from grove.rewards.scoring import resolve_rewards
-from grove.rollout.engine import (
-    check_prompts_fit,
-    context_length,
-    encode_prompts,
-    fit_prompts,
-    prompt_preview,
-    rollout_sampling,
-)
-from grove.tasks.task import build_task, require_examples
+from grove.rollout.engine import check_prompts_fit, context_length, prompt_preview, rollout_sampling
+from grove.rollout.prompt_encoding import EncodedPrompts, encode_prompt_batch, fit_encoded
+from grove.tasks.task import Example, build_task, require_examples
 
 __all__ = ["CompletionSource"]
 
@@ -68,8 +63,8 @@ class CompletionSource:
         """With ``rollout.prompt_overflow: error``, a prompt too long for the model's context is reported when the
         task loads (naming the example), not at the step that draws it."""
         cfg = self.ctx.cfg
-        if cfg.rollout.prompt_overflow != "error":
-            return
+        if cfg.rollout.prompt_overflow != "error" or processor_of(self.ctx.tokenizer) is not None:
+            return  # a vision-language policy's prompts are checked as they are drawn (their image tokens counted)
         limit = context_length(getattr(self.ctx.engine, "model", None), self.ctx.tokenizer)
         eval_examples = list(self.task.eval)[: cfg.eval.max_examples]
         eval_tokens = cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens
@@ -86,35 +81,36 @@ class CompletionSource:
                 max_new_tokens_key=key,
             )
 
-    def draw_prompts(self, count: int):
-        """The next ``count`` training examples and their prompt token ids, fitted to the model's context
-        (``rollout.prompt_overflow``)."""
+    def draw_prompts(self, count: int) -> tuple[list[Example], EncodedPrompts]:
+        """The next ``count`` training examples and their encoded prompts (token ids, and the pixels of prompts with
+        images), fitted to the model's context (``rollout.prompt_overflow``)."""
         cfg = self.ctx.cfg
         indices = self.sampler.next(count)
         examples = [self.task.train[i] for i in indices]
-        prompt_ids = encode_prompts(
+        describe = lambda k: f"train example {indices[k]} of task {cfg.task.id!r} ({prompt_preview(examples[k].prompt)})"  # noqa: E731
+        prompts = encode_prompt_batch(
             self.ctx.tokenizer,
             [e.prompt for e in examples],
             system_prompt=cfg.rollout.system_prompt,
             use_chat_template=cfg.rollout.use_chat_template,
+            describe=describe,
         )
-        prompt_ids, truncated = fit_prompts(
-            prompt_ids,
+        prompts, truncated = fit_encoded(
+            prompts,
             context_length=context_length(getattr(self.ctx.engine, "model", None), self.ctx.tokenizer),
             max_new_tokens=cfg.rollout.max_new_tokens,
             overflow=cfg.rollout.prompt_overflow,
-            describe=lambda k: f"train example {indices[k]} of task {cfg.task.id!r} "
-            f"({prompt_preview(examples[k].prompt)})",
+            describe=describe,
         )
         if truncated:
             if not getattr(self, "truncated_prompts", 0):
                 log.warning(
                     "rollout.prompt_overflow: truncate_left: %d of %d training prompts of this step were too long "
                     "for the model's context and lost their first tokens (later ones are counted in the source's "
-                    "truncated_prompts, not logged)", truncated, len(prompt_ids),
+                    "truncated_prompts, not logged)", truncated, len(prompts),
                 )
             self.truncated_prompts = getattr(self, "truncated_prompts", 0) + truncated
-        return examples, prompt_ids
+        return examples, prompts
 
     def collect(self, step: int) -> ScoredExperience:
         """This rank's scored completions (the logged samples are read from the step's batch after credit)."""

@@ -1,7 +1,10 @@
 """The ``train.forward`` layouts (``packed``, ``shared_prefix``, ``padded``) as one call on a bare causal LM:
-:func:`layout_logprobs` scores a :class:`grove.batch.RolloutBatch` with the layout named in the config."""
+:func:`layout_logprobs` scores a :class:`grove.batch.RolloutBatch` with the layout named in the config. A batch whose
+prompts hold images always runs padded, its pixels passed to the multimodal model (said once in the log)."""
 
 from __future__ import annotations
+
+import logging
 
 from torch import Tensor, nn
 
@@ -16,6 +19,8 @@ from grove.models.shared_prefix_forward import (
 )
 
 __all__ = ["FORWARD_LAYOUTS", "layout_logprobs"]
+
+logger = logging.getLogger(__name__)
 
 
 def _policy_tokens(mb: RolloutBatch) -> Tensor | None:
@@ -58,6 +63,18 @@ def layout_logprobs(model: nn.Module, batch: RolloutBatch, layout: str = "packed
     the other layouts ignore it."""
     if layout not in FORWARD_LAYOUTS:
         raise ValueError(f"unknown training-forward layout {layout!r}; choose one of {sorted(FORWARD_LAYOUTS)}")
+    images = getattr(batch, "images", None)  # a batch-like object without images: text
+    if images is not None:
+        if layout != "padded" and not _told_padded:
+            _told_padded.append(layout)
+            logger.info("train.forward %s: prompts with images run padded (image features replace the image tokens "
+                        "in whole padded rows; packing and shared prefixes do not carry pixels)", layout)
+        args = (batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask)
+        kwargs.pop("packed_attention", None)
+        return policy_forward(model, *args, scored_mask=_policy_tokens(batch), images=images, **kwargs)
     if layout == "packed" and not supports_packing(model):
         layout = "shared_prefix"  # sliding-window models: the KV fan-out keeps the model's own masking
     return FORWARD_LAYOUTS[layout](model, batch, **kwargs)
+
+
+_told_padded: list[str] = []  # the padded fallback for image prompts is said once per process

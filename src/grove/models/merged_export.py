@@ -34,6 +34,7 @@ from grove.models.model_files import (
     work_offline,
 )
 from grove.models.pretrained import load_merged_adapter
+from grove.models.vision_language import save_tokenizer_files
 
 __all__ = ["export_merged"]
 
@@ -71,7 +72,7 @@ def _write_model(model: Any, tokenizer: Any, out_dir: Path) -> None:
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700
         model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
+        save_tokenizer_files(tokenizer, tmp)
         _check_out_dir(out_dir)
         if out_dir.is_dir():
             out_dir.rmdir()  # empty (checked above)

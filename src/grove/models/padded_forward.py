@@ -14,12 +14,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from grove.image_table import ImageTable
 from grove.kernels.output_projection import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CHUNK_SIZE,
     token_logprobs_and_entropy,
 )
 from grove.kernels.token_embedding import embed_tokens
+from grove.models.vision_language import multimodal_backbone, pixel_inputs
 
 __all__ = ["decoder_backbone", "logprobs_at_states", "policy_forward", "scored_tokens", "token_inputs"]
 
@@ -63,6 +65,7 @@ def policy_forward(
     scored_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    images: ImageTable | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """``(logprobs [N, R], entropy [N, R] or None)`` of the response tokens, float32, zeros at response pads.
 
@@ -72,7 +75,9 @@ def policy_forward(
     log-probs and entropies are computed, the others read as context only and get 0 (an agent sample's
     environment tokens: the output projection over the vocabulary is a fifth of a small model's per-token cost).
     Models whose logits are not ``final_hidden @ lm_head.weight.T (+ bias)`` (logit soft-capping or scaling)
-    are rejected.
+    are rejected. ``images`` (one owner per row): the pixels of a vision-language policy's image prompts; the
+    multimodal model (:func:`grove.models.vision_language.multimodal_backbone`) puts their features in place of the
+    image tokens.
     """
     config = getattr(model, "config", None)
     for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
@@ -85,10 +90,13 @@ def policy_forward(
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1).long()
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    backbone = decoder_backbone(model)
-    hidden = backbone(
-        **token_inputs(backbone, input_ids), attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    ).last_hidden_state
+    if images is not None:
+        backbone = multimodal_backbone(model)
+        inputs = {"input_ids": input_ids, **pixel_inputs(model, images)}
+    else:
+        backbone = decoder_backbone(model)
+        inputs = token_inputs(backbone, input_ids)
+    hidden = backbone(**inputs, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).last_hidden_state
     hidden = hidden[:, p - 1 : p + r - 1]  # the state at position t predicts token t + 1
     scored = scored_tokens(response_mask, scored_mask)
     selected = hidden[scored]  # the states that predict the scored response tokens

@@ -35,6 +35,7 @@ from transformers import (
 
 from grove.models.gguf_loading import gguf_parsed_once
 from grove.models.model_files import ADAPTER_CONFIG_FILE, quiet_peft, reading_model_files, work_offline
+from grove.models.vision_language import attach_processor, family_of, is_vision_language
 
 __all__ = [
     "EMBEDDED_MODELS",
@@ -197,9 +198,10 @@ def _fix_tokenizer(tokenizer: PreTrainedTokenizerBase) -> None:
 
 
 def _set_generation_config(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
-    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else model.config.eos_token_id
+    text = model.config.get_text_config()  # a vision-language model's decoder config
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else getattr(text, "eos_token_id", None)
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id if tokenizer.bos_token_id is not None else model.config.bos_token_id,
+        bos_token_id=tokenizer.bos_token_id if tokenizer.bos_token_id is not None else getattr(text, "bos_token_id", None),
         eos_token_id=eos,
         pad_token_id=tokenizer.pad_token_id,
         do_sample=True,
@@ -239,18 +241,48 @@ def _check_config_json(path: Path) -> None:
         )
 
 
+def _load_tokenizer(path: Path, vision: bool) -> PreTrainedTokenizerBase:
+    """The tokenizer of a model directory; for a vision-language model its processor's, with the processor attached
+    (:func:`grove.models.vision_language.processor_of`)."""
+    try:
+        if not vision:
+            return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        from transformers import AutoConfig, AutoProcessor
+
+        family = family_of(AutoConfig.from_pretrained(path, local_files_only=True))
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+    except NotImplementedError as exc:
+        raise ModelLoadError(f"{path}: {exc}") from None
+    except _LOAD_ERRORS as exc:
+        files = "processor files (preprocessor_config.json, processor_config.json) or " if vision else ""
+        raise ModelLoadError(
+            f"cannot load the tokenizer of the model directory {path}: {_one_line(exc)}; the {files}tokenizer "
+            "files (tokenizer.json, tokenizer_config.json) are missing or corrupt"
+        ) from exc
+    attach_processor(processor.tokenizer, processor, family)
+    return processor.tokenizer
+
+
+def model_class_of(path: Path) -> type:
+    """``AutoModelForImageTextToText`` for a vision-language model directory, else ``AutoModelForCausalLM``."""
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return AutoModelForCausalLM
+    if isinstance(config, dict) and is_vision_language(config):
+        from transformers import AutoModelForImageTextToText
+
+        return AutoModelForImageTextToText
+    return AutoModelForCausalLM
+
+
 def _load_from_directory(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The tokenizer and model of a local model directory; what goes wrong is a :class:`ModelLoadError`."""
     _check_config_json(path)
+    model_class = model_class_of(path)
+    tokenizer = _load_tokenizer(path, vision=model_class is not AutoModelForCausalLM)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except _LOAD_ERRORS as exc:
-        raise ModelLoadError(
-            f"cannot load the tokenizer of the model directory {path}: {_one_line(exc)}; the tokenizer files "
-            "(tokenizer.json, tokenizer_config.json) are missing or corrupt"
-        ) from exc
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        model = model_class.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (*_LOAD_ERRORS, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and "mismatch" not in str(exc):
             raise  # not a checkpoint problem (e.g. out of memory)
@@ -263,11 +295,11 @@ def _load_from_directory(path: Path, dtype: torch.dtype) -> tuple[PreTrainedMode
 
 
 def load_merged_adapter(
-    model_dir: Path, auto_class: type = AutoModelForCausalLM, **base_kwargs: object
+    model_dir: Path, auto_class: type | None = AutoModelForCausalLM, **base_kwargs: object
 ) -> tuple[PreTrainedModel, Path]:
     """The base model named in ``model_dir``'s adapter config with the adapter merged in; and the base directory.
     ``auto_class`` loads the base (``AutoModelForSequenceClassification`` for a reward model, with ``num_labels``
-    among ``base_kwargs``)."""
+    among ``base_kwargs``; ``None``: the policy class the base directory needs, :func:`model_class_of`)."""
     from peft import PeftModel
 
     with reading_model_files(model_dir, "the adapter"):
@@ -285,6 +317,7 @@ def load_merged_adapter(
             f"the adapter's base model {base!r} (base_model_name_or_path in {model_dir / ADAPTER_CONFIG_FILE}) "
             f"cannot be loaded: {exc}"
         ) from exc
+    auto_class = auto_class or model_class_of(base_dir)
     with reading_model_files(base_dir, "the adapter's base model"):
         base_model = auto_class.from_pretrained(base_dir, dtype=torch.float32, local_files_only=True, **base_kwargs)
     with reading_model_files(model_dir, "the adapter"), quiet_peft():
@@ -313,11 +346,11 @@ def load_policy(
     adapter_dir = Path(str(name_or_path)).expanduser()
     if (adapter_dir / ADAPTER_CONFIG_FILE).is_file():
         try:
-            model, base_dir = load_merged_adapter(adapter_dir)
+            model, base_dir = load_merged_adapter(adapter_dir, auto_class=None)
             model = model.to(dtype)
             has_tokenizer = (adapter_dir / "tokenizer_config.json").is_file()
             tokenizer_dir = adapter_dir if has_tokenizer else base_dir
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+            tokenizer = _load_tokenizer(tokenizer_dir, vision=is_vision_language(model.config))
         except ModelLoadError:
             raise
         except _LOAD_ERRORS as exc:

@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from grove.image_table import ImageTable
+
 __all__ = [
     "FINISH_REASONS",
     "PromptTooLongError",
@@ -90,7 +92,9 @@ class RolloutOutput:
     * ``texts`` the decoded completions (special tokens skipped);
     * ``prompt_index`` ``[M]`` which input prompt each row answers;
     * ``prompt_tokens_reused``: how many of the ``B`` prompts' tokens the engine did not run through the model
-      (identical prompts prefilled once, prefixes taken from its cache; 0 for engines without either).
+      (identical prompts prefilled once, prefixes taken from its cache; 0 for engines without either);
+    * ``images``: the pixels of each row's prompt (:class:`grove.image_table.ImageTable`, one owner per row) when the
+      prompts held images.
     """
 
     prompt_ids: Tensor
@@ -104,6 +108,7 @@ class RolloutOutput:
     num_generated_tokens: int
     seconds: float
     prompt_tokens_reused: int = 0
+    images: ImageTable | None = None  # the prompts' pixels, one owner per row (vision-language policies)
 
     @property
     def num_samples(self) -> int:
@@ -124,7 +129,9 @@ class RolloutOutput:
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """Anything that samples ``n`` completions for each tokenised prompt."""
+    """Anything that samples ``n`` completions for each tokenised prompt. ``images`` (one owner per prompt) holds
+    the pixels of prompts with images (a vision-language policy; their image tokens are in the ids already); an
+    engine that cannot take images raises ``NotImplementedError`` naming one that can."""
 
     def generate(
         self,
@@ -132,6 +139,7 @@ class RolloutEngine(Protocol):
         n: int,
         sampling: SamplingParams,
         generator: torch.Generator,
+        images: ImageTable | None = None,
     ) -> RolloutOutput: ...
 
 

@@ -27,6 +27,8 @@ from torch import Tensor
 from transformers import PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
+from grove.image_table import ImageTable
+from grove.models.vision_language import pixel_inputs, placeholder_token_ids
 from grove.rollout.cache_keyword import cache_argument
 from grove.rollout.decode_attention import use_decode_attention
 from grove.rollout.decode_cache import select_cache_rows
@@ -68,6 +70,8 @@ class TransformersEngine(RolloutEngine):
         use_decode_attention(model)  # one-token decode steps as two matmuls (grove.rollout.decode_attention)
         self.eos_token_ids = end_token_ids(model, tokenizer, eos_token_ids)
         self.pad_token_id = padding_token_id(tokenizer, self.eos_token_ids)
+        placeholders = placeholder_token_ids(model)  # a vision-language model's image tokens: never generated
+        self.never_sampled = torch.tensor(placeholders, dtype=torch.long) if placeholders else None
 
     @property
     def reuse_prefixes(self) -> bool:
@@ -84,8 +88,12 @@ class TransformersEngine(RolloutEngine):
         n: int,
         sampling: SamplingParams,
         generator: torch.Generator,
+        images: ImageTable | None = None,
     ) -> RolloutOutput:
-        """Sample ``n`` completions per prompt; rows are prompt-major (``i * n + j``).
+        """Sample ``n`` completions per prompt; rows are prompt-major (``i * n + j``). ``images`` (one owner per
+        prompt): the pixels of a vision-language policy's image prompts, passed to their prefill; such a call
+        neither reuses cached prefixes nor keeps its rows for the next call (an image token's key and value depend
+        on the image, which the cached token ids do not show).
 
         The decode loop runs in eval mode under ``torch.inference_mode()`` (the model's training mode is
         restored afterwards); the returned tensors are ordinary CPU tensors, usable in autograd later. Layers
@@ -104,10 +112,13 @@ class TransformersEngine(RolloutEngine):
                 torch.compiler.set_stance("force_eager"),
                 exact_top_logits(self.model, self.exact_top_logits),
             ):
-                rows = self._decode(prompt_ids, prompt_mask, n, sampling, generator)
+                rows = self._decode(prompt_ids, prompt_mask, n, sampling, generator, images)
         finally:
             self.model.train(was_training)
-        return rows.output(prompt_ids, prompt_mask, n, self.tokenizer, self.pad_token_id, start)
+        out = rows.output(prompt_ids, prompt_mask, n, self.tokenizer, self.pad_token_id, start)
+        if images is not None:
+            out.images = images.select(out.prompt_index)
+        return out
 
     def _decode(
         self,
@@ -116,6 +127,7 @@ class TransformersEngine(RolloutEngine):
         n: int,
         sampling: SamplingParams,
         generator: torch.Generator,
+        images: ImageTable | None = None,
     ) -> GeneratedRows:
         """The prefill + decode loop, rows in global (prompt-major) order."""
         device = self.device
@@ -125,9 +137,11 @@ class TransformersEngine(RolloutEngine):
 
         # prefill each distinct prompt once (identical prompts, e.g. the G copies of an environment at turn 0,
         # share one row), then fan the cache out to n samples per prompt
-        prompts = DistinctPrompts.of(prompt_ids.to(device), prompt_mask.to(device), n)
+        prompts = DistinctPrompts.of(prompt_ids.to(device), prompt_mask.to(device), n, images)
         fan_out = prompts.fan_out
-        cache, logits, layout, attn, next_pos, tokens_run = self._prefill(prompts.ids, prompts.mask)
+        pixels = pixel_inputs(self.model, prompts.images_of(images))
+        cache, logits, layout, attn, next_pos, tokens_run = self._prefill(prompts.ids, prompts.mask, pixels)
+        keeping = self.prefixes.open and not pixels  # rows with image tokens are never reused
         reused_tokens = int(prompt_mask.sum()) - tokens_run
         logits = logits[fan_out]
         if n > 1 or prompts.merged:
@@ -143,7 +157,8 @@ class TransformersEngine(RolloutEngine):
         reasons = torch.full((total,), LENGTH, dtype=torch.long, device=device)
         for step in range(sampling.max_new_tokens):
             tok, lp = sample_tokens(
-                logits, sampling.temperature, sampling.top_k, sampling.top_p, uniforms[active, step]
+                logits, sampling.temperature, sampling.top_k, sampling.top_p, uniforms[active, step],
+                self.never_sampled,
             )
             tokens[active, step] = tok
             logprobs[active, step] = lp.float()
@@ -158,7 +173,7 @@ class TransformersEngine(RolloutEngine):
                 done[stopped] = True
                 reasons[active[stopped]] = STOP
             last = step == sampling.max_new_tokens - 1
-            if self.prefixes.open and (last or done.any()):  # the rows leaving the cache, for the next call
+            if keeping and (last or done.any()):  # the rows leaving the cache, for the next call
                 leaving = torch.ones_like(done) if last else done
                 # the cache holds each row's prompt layout, then the tokens fed so far (those of steps < step)
                 rows = active[leaving]
@@ -183,7 +198,9 @@ class TransformersEngine(RolloutEngine):
         return GeneratedRows(tokens, logprobs, lengths, reasons, reused_tokens)
 
     # ------------------------------------------------------------------ prefill and prefix reuse
-    def _run(self, ids: Tensor, attn: Tensor, positions: Tensor, cache: DynamicCache) -> Tensor:
+    def _run(
+        self, ids: Tensor, attn: Tensor, positions: Tensor, cache: DynamicCache, pixels: dict[str, Tensor] | None = None
+    ) -> Tensor:
         """One prefill forward over ``cache``; the last position's logits ``[rows, V]``.
 
         The last position is picked with an index tensor, not ``logits_to_keep=1``: the slice ``[:, -1:]`` of
@@ -193,22 +210,26 @@ class TransformersEngine(RolloutEngine):
         last = torch.tensor([ids.shape[1] - 1], device=ids.device)
         out = self.model(
             input_ids=ids, attention_mask=attn, position_ids=positions,
-            **cache_argument(self.model, cache), use_cache=True, logits_to_keep=last,
+            **cache_argument(self.model, cache), use_cache=True, logits_to_keep=last, **(pixels or {}),
         )
         return out.logits[:, -1, :]
 
-    def _prefill(self, ids: Tensor, attn: Tensor) -> tuple[DynamicCache, Tensor, Tensor, Tensor, Tensor, int]:
+    def _prefill(
+        self, ids: Tensor, attn: Tensor, pixels: dict[str, Tensor] | None = None
+    ) -> tuple[DynamicCache, Tensor, Tensor, Tensor, Tensor, int]:
         """Run the (distinct, left-padded) prompts through the model: ``(cache, last logits [N, V], the token
         id at each cached position [N, T], attention mask [N, T], next position [N], prompt tokens run)``.
 
         With :attr:`reuse_prefixes`, a prompt whose first tokens are cached (a row of the previous call inside
         :meth:`reusing_prefixes`, or the prefix every prompt of this call shares) takes their keys and values
-        and only its remaining tokens are run (:mod:`grove.rollout.prefix_cache`)."""
-        plan = self.prefixes.plan(ids, attn, self._shared_prefix_bank)
+        and only its remaining tokens are run (:mod:`grove.rollout.prefix_cache`). Prompts with images (``pixels``,
+        the model's pixel inputs) are prefilled whole."""
+        plan = None if pixels else self.prefixes.plan(ids, attn, self._shared_prefix_bank)
         if plan is None:
             positions = (attn.cumsum(-1) - 1).clamp(min=0)
             cache = DynamicCache(config=self.model.config)
-            return cache, self._run(ids, attn, positions, cache), ids, attn, positions[:, -1] + 1, int(attn.sum())
+            logits = self._run(ids, attn, positions, cache, pixels)
+            return cache, logits, ids, attn, positions[:, -1] + 1, int(attn.sum())
         reuse = plan.layout(self.pad_token_id)
         del plan
         cache = DynamicCache(ddp_cache_data=reuse.prefix_layers, config=self.model.config)

@@ -96,6 +96,7 @@ def sample_tokens(
     top_k: int,
     top_p: float,
     uniforms: Tensor,
+    never: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """One token per row of ``logits [rows, V]``, and its log-prob under the tempered, *untruncated* policy; row
     ``r`` draws with ``uniforms[r]`` (a column of :func:`draw_uniforms`' table; unused when greedy).
@@ -103,8 +104,12 @@ def sample_tokens(
     ``temperature == 0`` is greedy (argmax; the log-prob is then ``log_softmax(logits)[token]``). Otherwise
     tokens are drawn from ``softmax(logits / T)`` restricted to the top-k / top-p set, and the log-prob
     recorded is ``log_softmax(logits / T)[token]`` before truncation: the distribution the trainer
-    recomputes (see :mod:`grove.rollout.hf_engine`).
+    recomputes (see :mod:`grove.rollout.hf_engine`). ``never`` (token ids) are cut like truncated tokens: never
+    drawn, the recorded log-prob still that of the whole vocabulary (a vision-language model's image placeholder,
+    which in a response would ask the training forward for an image it does not have).
     """
+    if never is not None:
+        return _sample_without(logits, temperature, top_k, top_p, uniforms, never)
     if temperature == 0:
         full = logits.float()
         tokens = full.argmax(dim=-1)
@@ -126,3 +131,18 @@ def sample_tokens(
     if temperature != 1.0:
         picked = picked / temperature
     return tokens, picked - mass.log().float()
+
+
+def _sample_without(
+    logits: Tensor, temperature: float, top_k: int, top_p: float, uniforms: Tensor, never: Tensor
+) -> tuple[Tensor, Tensor]:
+    """:func:`sample_tokens` with the tokens ``never`` cut from the draw (and from greedy's argmax); the log-prob
+    recorded is the untruncated policy's, as for top-k / top-p."""
+    full = logits.float()
+    logp = torch.log_softmax(full / temperature if temperature not in (0.0, 1.0) else full, dim=-1)
+    allowed = logp.index_fill(-1, never.to(logp.device), float("-inf"))
+    if temperature == 0:
+        tokens = allowed.argmax(dim=-1)
+    else:
+        tokens, _ = inverse_cdf_sample(filter_logits(allowed, top_k, top_p).exp(), uniforms)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from grove.image_table import ImageTable
 from grove.rollout.decode_rows import DecodeRows
 from grove.rollout.decode_step import DecodeStep, StepRunner, bucket_for
 from grove.rollout.decode_weights import DecodeWeights
@@ -130,10 +131,20 @@ class StaticCacheEngine(RolloutEngine):
 
     # ------------------------------------------------------------------ main loop
     def generate(
-        self, prompt_token_ids: list[list[int]], n: int, sampling: SamplingParams, generator: torch.Generator
+        self,
+        prompt_token_ids: list[list[int]],
+        n: int,
+        sampling: SamplingParams,
+        generator: torch.Generator,
+        images: ImageTable | None = None,
     ) -> RolloutOutput:
         """Sample ``n`` completions per prompt; rows are prompt-major (``i * n + j``). Returned tensors are
-        ordinary CPU tensors."""
+        ordinary CPU tensors. Prompts with images are refused (the engine runs a text decoder only)."""
+        if images is not None:
+            raise NotImplementedError(
+                "rollout.engine static_cache runs text decoders only and cannot take prompts with images; set "
+                "rollout.engine: transformers (or auto) for a vision-language policy"
+            )
         start = time.perf_counter()
         if n < 1 or not prompt_token_ids or any(len(p) == 0 for p in prompt_token_ids):
             raise ValueError("need n >= 1 and at least one non-empty prompt")

@@ -42,6 +42,12 @@ class FileTaskParams(BaseModel):
     prompt_template: str | None = Field(
         None, description="If set, the prompt is this text with '{prompt}' replaced by the prompt column."
     )
+    image_column: str | None = Field(
+        None,
+        description="Column holding the row's images for a vision-language policy: an image file path (relative "
+        "paths are read from the data file's folder) or a list of them; with hf_dataset also the dataset's Image "
+        "values. They go before the text of the prompt's last user message. null: text prompts only.",
+    )
     seed: int = Field(0, description="Seed choosing the held-out eval rows.")
 
     @field_validator("prompt_template")
@@ -162,15 +168,63 @@ def _check_messages(prompt: list, where: str, column: str) -> None:
             raise TaskDataError(f"{where}: chat message {j} of column {column!r}: 'role' must be a string")
 
 
+def _image_part(value: Any, where: str, column: str, image_dir: Path | None) -> dict[str, Any]:
+    """One image part of a prompt from an image column's value: a path (relative to ``image_dir``), a PIL image, or
+    a ``datasets`` Image value (``{"bytes": ..., "path": ...}``)."""
+    if isinstance(value, dict) and (value.get("bytes") is not None or value.get("path")):
+        if value.get("bytes") is not None:
+            import io
+
+            from PIL import Image
+
+            return {"type": "image", "image": Image.open(io.BytesIO(value["bytes"]))}
+        value = value["path"]
+    if isinstance(value, str):
+        path = Path(value).expanduser()
+        if not path.is_absolute() and image_dir is not None:
+            path = image_dir / path
+        if not path.is_file():
+            raise TaskDataError(
+                f"{where}: image {value!r} of column {column!r} does not exist (resolved to {path}); relative image "
+                "paths are read from the data file's folder"
+            )
+        return {"type": "image", "image": str(path)}
+    if hasattr(value, "convert") and hasattr(value, "size"):  # a PIL image
+        return {"type": "image", "image": value}
+    raise TaskDataError(
+        f"{where}: column {column!r} must hold an image path or a list of them, got {type(value).__name__}"
+    )
+
+
+def _with_images(prompt: str | list, value: Any, where: str, column: str, image_dir: Path | None) -> str | list:
+    """``prompt`` with the row's images (``value``: one or a list) before the text of its last user message; the
+    prompt unchanged when the row has none."""
+    if value is None or value == []:
+        return prompt
+    values = value if isinstance(value, list) else [value]
+    images = [_image_part(v, where, column, image_dir) for v in values]
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if not users:
+        raise TaskDataError(f"{where}: the prompt has no user message to put the images of column {column!r} in")
+    last = messages[users[-1]]
+    content = last["content"]
+    text = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    last["content"] = [*images, *text]
+    return messages
+
+
 def rows_to_examples(
     rows: Sequence[dict[str, Any]],
     source: str,
     params: FileTaskParams,
     locations: Sequence[str] | None = None,
+    image_dir: Path | None = None,
 ) -> list[Example]:
     """Turn rows into :class:`Example` s; errors (:class:`TaskDataError`) name the row and the columns that exist.
 
-    A row is named by ``locations[i]`` when given (e.g. ``"data.jsonl:12"``), else ``"<source> row <i>"``.
+    A row is named by ``locations[i]`` when given (e.g. ``"data.jsonl:12"``), else ``"<source> row <i>"``. With
+    ``params.image_column`` a row's images join its prompt (relative paths read from ``image_dir``).
     """
     examples: list[Example] = []
     for i, row in enumerate(rows):
@@ -202,6 +256,8 @@ def rows_to_examples(
                 f"{where}: column {params.prompt_column!r} must be a string or a list of chat "
                 f"messages, got {type(prompt).__name__}"
             )
+        if params.image_column is not None:
+            prompt = _with_images(prompt, row.get(params.image_column), where, params.image_column, image_dir)
         answer = "" if params.answer_column is None else row[params.answer_column]
         if answer is None:
             raise TaskDataError(
@@ -259,7 +315,8 @@ def _build(
 
 def _jsonl_examples(path: str, params: FileTaskParams, field: str) -> list[Example]:
     lines = read_jsonl_lines(path, field)
-    return rows_to_examples([row for _, row in lines], path, params, [f"{path}:{n}" for n, _ in lines])
+    return rows_to_examples([row for _, row in lines], path, params, [f"{path}:{n}" for n, _ in lines],
+                            image_dir=Path(path).expanduser().parent)
 
 
 @TASKS.register("jsonl", params=JsonlTaskParams, summary="Prompts and answers from JSON-lines files")
@@ -319,12 +376,19 @@ def hf_dataset(params: HFDatasetTaskParams) -> Task:
     """Build a task from local files read by ``datasets`` (``load_dataset(format, data_files=...)`` or
     ``load_from_disk``). For a ``DatasetDict`` folder, ``train_split``/``eval_split`` pick the splits."""
     train_source = repr(params.train_path)
-    train = rows_to_examples(_load_local(params.train_path, params, params.train_split), train_source, params)
+    def folder(path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_dir() else p.parent
+
+    train = rows_to_examples(_load_local(params.train_path, params, params.train_split), train_source, params,
+                             image_dir=folder(params.train_path))
     eval_, eval_source = None, None
     if params.eval_path is not None:
         eval_source = repr(params.eval_path)
-        eval_ = rows_to_examples(_load_local(params.eval_path, params, params.eval_split), eval_source, params)
+        eval_ = rows_to_examples(_load_local(params.eval_path, params, params.eval_split), eval_source, params,
+                                 image_dir=folder(params.eval_path))
     elif params.eval_split is not None:
         eval_source = f"{train_source} split {params.eval_split!r}"
-        eval_ = rows_to_examples(_load_local(params.train_path, params, params.eval_split), eval_source, params)
+        eval_ = rows_to_examples(_load_local(params.train_path, params, params.eval_split), eval_source, params,
+                                 image_dir=folder(params.train_path))
     return _build("hf_dataset", train, eval_, params, train_source, eval_source)

@@ -47,11 +47,17 @@ class Example:
 
     @property
     def prompt_text(self) -> str:
-        """The prompt as reward functions see it: the string, or the last user message of a chat."""
+        """The prompt as reward functions see it: the string, or the last user message of a chat (the text of its
+        parts, where its content is a list of text and image parts)."""
         if isinstance(self.prompt, str):
             return self.prompt
         users = [m["content"] for m in self.prompt if m.get("role") == "user"]
-        return users[-1] if users else ""
+        if not users:
+            return ""
+        content = users[-1]
+        if isinstance(content, list):
+            return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return content
 
 
 @runtime_checkable

@@ -97,7 +97,12 @@ class PolicyModels:
             return lambda directory: save_adapter(self.causal_lm, directory, state_dict=state)
         if getattr(self.causal_lm.config, "tie_word_embeddings", False):  # gathered copies are no longer one tensor
             state = {k: v for k, v in state.items() if not k.endswith("lm_head.weight")}
-        return lambda directory: self.causal_lm.save_pretrained(directory, state_dict=state, safe_serialization=True)
+        # the in-memory parameter names (save_original_format=False): a checkpoint resumes with a plain
+        # load_state_dict, and from_pretrained reads them as well (a vision-language model's would otherwise be
+        # renamed to its family's original layout)
+        return lambda directory: self.causal_lm.save_pretrained(
+            directory, state_dict=state, safe_serialization=True, save_original_format=False
+        )
 
     def write_config(self) -> Callable[[Path], None]:
         """What a sharded checkpoint's ``model/`` holds: the model's config (its weights are in ``sharded/``)."""

@@ -36,6 +36,7 @@ from grove.distributed.world import World, derived_seed
 from grove.infra import checkpoint as ckpt
 from grove.infra.run_lock import RunDirectoryLock, hold_run_directory
 from grove.infra.write_failures import reporting_write_failures
+from grove.models.vision_language import tokenizer_files
 from grove.training.policy_models import PolicyModels
 from grove.training.resume_config import ConfigChange, check_resumed_config, record_config_changes
 
@@ -227,7 +228,8 @@ def save_run_checkpoint(run_dir: Path, step: int, state: RunState, keep_last: in
         )
         write_model = models.write_config() if sharded else models.write_model(model_state)
         try:
-            ckpt.save_checkpoint(run_dir, write_model, models.tokenizer, trainer_state, keep_last, started=sharded)
+            ckpt.save_checkpoint(run_dir, write_model, tokenizer_files(models.tokenizer), trainer_state, keep_last,
+                                 started=sharded)
         except ckpt.CheckpointWriteError as exc:
             failure = exc
     # every rank learns whether rank 0's write worked, so all stop together when it did not

@@ -1,0 +1,268 @@
+"""Vision-language policies on tiny random models (LLaVA-style and Idefics3): the image table, prompts with images,
+the rollout engine's prefill with pixels, the training forward (on-policy ratio 1), and whole runs with a checkpoint
+and an exact resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from grove.batch import RolloutBatch, concat_batches
+from grove.image_table import ImageTable
+from grove.models.forward_layouts import layout_logprobs
+from grove.models.pretrained import ModelLoadError, load_policy
+from grove.models.tiny_vision import create_tiny_vision_model_dir
+from grove.models.vision_language import ImagePromptError, encode_image_prompts, processor_of
+from grove.rollout.engine import SamplingParams
+from grove.rollout.hf_engine import TransformersEngine
+from grove.rollout.prompt_encoding import encode_prompt_batch
+from grove.rollout.prompt_rows import DistinctPrompts, left_pad
+
+FAMILIES = ("llava", "idefics3")
+
+
+def _table(rows_per_image: list[int], owners: list[int], num_owners: int) -> ImageTable:
+    """Image ``i`` has ``rows_per_image[i]`` rows whose pixel value is ``10 * i + row``."""
+    values = torch.cat([10 * i + torch.arange(n, dtype=torch.float32) for i, n in enumerate(rows_per_image)])
+    return ImageTable({"pixels": values[:, None]}, {"size": torch.arange(len(owners))[:, None]},
+                      torch.tensor(owners), torch.tensor(rows_per_image), num_owners)
+
+
+def test_image_table_select_repeats_and_reorders_owners() -> None:
+    # owner 0: images 0 (2 rows) and 1 (1 row); owner 1: none; owner 2: image 2 (3 rows)
+    table = _table([2, 1, 3], [0, 0, 2], 3)
+    picked = table.select([2, 0, 1, 0])
+    assert picked.owner.tolist() == [0, 1, 1, 3, 3]
+    assert picked.rows.tolist() == [3, 2, 1, 2, 1]
+    assert picked.row_tensors["pixels"].flatten().tolist() == [20, 21, 22, 0, 1, 10, 0, 1, 10]
+    assert picked.image_tensors["size"].flatten().tolist() == [2, 0, 1, 0, 1]
+    assert picked.images_per_owner().tolist() == [1, 2, 0, 2]
+    assert table.select([1]).num_images == 0
+
+
+def test_image_table_of_owners_shifts_owners_past_tables_and_gaps() -> None:
+    a, b = _table([1], [1], 2), _table([2], [0], 1)
+    joined = ImageTable.of_owners([a, None, b], [2, 3, 1])
+    assert joined.num_owners == 6 and joined.owner.tolist() == [1, 5]
+    assert joined.row_tensors["pixels"].flatten().tolist() == [0, 0, 1]
+    with pytest.raises(ValueError, match="non-decreasing"):
+        ImageTable({"pixels": torch.zeros(2, 1)}, {}, torch.tensor([1, 0]), torch.ones(2, dtype=torch.long), 2)
+
+
+def test_image_table_fingerprints_tell_images_apart() -> None:
+    table = ImageTable({"pixels": torch.tensor([[1.0], [2.0], [1.0]])}, {}, torch.tensor([0, 1, 2]),
+                       torch.ones(3, dtype=torch.long), 4)
+    prints = table.fingerprints().tolist()
+    assert prints[0] == prints[2] != prints[1] and prints[3] == 0 and prints[0] != 0
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def vlm(request, tmp_path_factory):
+    path = create_tiny_vision_model_dir(tmp_path_factory.mktemp(request.param), family=request.param, seed=1)
+    model, tokenizer = load_policy(path)
+    return request.param, path, model, tokenizer
+
+
+def _image(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
+
+
+def _ask(image: np.ndarray | str, text: str = "What is shown?") -> list[dict]:
+    return [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": text}]}]
+
+
+def test_a_vision_language_directory_loads_with_its_processor(vlm) -> None:
+    family, _, model, tokenizer = vlm
+    assert type(model).__name__.endswith("ForConditionalGeneration")
+    processor, found = processor_of(tokenizer)
+    assert found.name == family and processor.tokenizer is tokenizer and tokenizer.padding_side == "left"
+
+
+def test_image_prompts_expand_image_tokens_and_keep_text_prompts_plain(vlm) -> None:
+    _, _, model, tokenizer = vlm
+    encoded = encode_prompt_batch(tokenizer, ["just text", _ask(_image(0)), _ask(_image(1))])
+    image_token = model.config.image_token_id if hasattr(model.config, "image_token_id") else model.config.image_token_index
+    counts = [ids.count(image_token) for ids in encoded.ids]
+    assert counts[0] == 0 and counts[1] == counts[2] > 1
+    assert encoded.images.num_owners == 3 and encoded.images.images_per_owner().tolist() == [0, 1, 1]
+
+
+def test_an_image_prompt_for_a_text_model_names_the_fix(tiny_model_dir=None) -> None:
+    from grove.models.tiny import create_tiny_model_dir
+
+    path = create_tiny_model_dir(Path(__import__("tempfile").mkdtemp()) / "text")
+    _, tokenizer = load_policy(path)
+    with pytest.raises(ImagePromptError, match="prompt 0 holds an image, but the policy is a text-only model"):
+        encode_prompt_batch(tokenizer, [_ask(_image(0))])
+
+
+def test_bad_image_values_name_the_prompt(vlm, tmp_path) -> None:
+    tokenizer = vlm[3]
+    with pytest.raises(ImagePromptError, match=r"prompt 0: cannot read the image file"):
+        encode_image_prompts(tokenizer, [_ask(str(tmp_path / "missing.png"))])
+    with pytest.raises(ImagePromptError, match=r"an image array must be numeric"):
+        encode_image_prompts(tokenizer, [_ask(np.zeros((2, 2, 2, 2)))])
+
+
+def _rollout(vlm, prompts, n=3, seed=0, **sampling):
+    _, _, model, tokenizer = vlm
+    encoded = encode_prompt_batch(tokenizer, prompts)
+    engine = TransformersEngine(model, tokenizer)
+    out = engine.generate(encoded.ids, n, SamplingParams(max_new_tokens=5, **sampling),
+                          torch.Generator().manual_seed(seed), images=encoded.images)
+    return encoded, out
+
+
+def _batch(out) -> RolloutBatch:
+    m = out.num_samples
+    mask = out.response_mask.bool()
+    return RolloutBatch(
+        prompt_ids=out.prompt_ids, prompt_mask=out.prompt_mask.bool(), response_ids=out.response_ids,
+        response_mask=mask, loss_mask=mask, old_logprobs=out.logprobs, rewards=torch.zeros(m, 1),
+        reward_names=("r",), group_index=out.prompt_index, trajectory_index=torch.arange(m),
+        step_index=torch.zeros(m, dtype=torch.long), truncated=out.truncated, images=out.images,
+    )
+
+
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+def test_rollout_logprobs_equal_the_training_forward_on_policy(vlm, layout) -> None:
+    """Ratio 1: the sampler's log-probs are those the update recomputes with the pixels, in fp32, whatever
+    ``train.forward`` says (image prompts run padded); a micro-batch carries its own samples' images."""
+    _, out = _rollout(vlm, [_ask(_image(0)), "text only", _ask(_image(1), "Describe.")])
+    batch = _batch(out)
+    assert batch.images.num_owners == 9 and batch.images.images_per_owner().tolist() == [1] * 3 + [0] * 3 + [1] * 3
+    model = vlm[2]
+    with torch.no_grad():
+        logp, _ = layout_logprobs(model, batch, layout)
+        part, _ = layout_logprobs(model, batch.select([7, 1, 4]), layout)
+    mask = batch.response_mask
+    assert torch.allclose(logp[mask], batch.old_logprobs[mask], atol=2e-5)
+    assert torch.allclose(part, logp[[7, 1, 4]], atol=2e-5)
+
+
+def test_the_image_changes_the_samples_and_the_logprobs(vlm) -> None:
+    """Same text, different pixels: the prefill and the training forward both read the image."""
+    _, out_a = _rollout(vlm, [_ask(_image(0))], n=1, temperature=0.0)
+    _, out_b = _rollout(vlm, [_ask(_image(5))], n=1, temperature=0.0)
+    model = vlm[2]
+    swapped = _batch(out_a).replace(images=_batch(out_b).images)
+    with torch.no_grad():
+        own, _ = layout_logprobs(model, _batch(out_a), "padded")
+        other, _ = layout_logprobs(model, swapped, "padded")
+    assert not torch.allclose(own, other, atol=1e-4)
+
+
+def test_identical_text_with_other_images_is_not_merged(vlm) -> None:
+    _, _, _, tokenizer = vlm
+    encoded = encode_prompt_batch(tokenizer, [_ask(_image(0)), _ask(_image(1)), _ask(_image(0))])
+    ids, mask = left_pad(encoded.ids, 0)
+    distinct = DistinctPrompts.of(ids, mask, 2, encoded.images)
+    assert len(distinct.ids) == 2 and distinct.merged
+    assert distinct.fan_out.tolist()[0:2] == distinct.fan_out.tolist()[4:6]
+    assert distinct.fan_out[0] != distinct.fan_out[2]
+    rows = distinct.images_of(encoded.images)
+    assert rows.num_owners == 2 and rows.num_images == 2
+
+
+def test_concatenated_batches_keep_each_samples_images(vlm) -> None:
+    _, out_a = _rollout(vlm, [_ask(_image(0))], n=2)
+    _, out_b = _rollout(vlm, ["text"], n=1)
+    a, b = _batch(out_a), _batch(out_b).replace(images=None)
+    both = concat_batches([a, b, a])
+    assert both.images.num_owners == 5 and both.images.images_per_owner().tolist() == [1, 1, 0, 1, 1]
+
+
+def _data(tmp_path: Path, rows: int = 8) -> Path:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    lines = []
+    for i in range(rows):
+        Image.fromarray(_image(i)).save(folder / f"img{i}.png")
+        lines.append({"prompt": "What color?", "answer": "red", "image": f"img{i}.png"})
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return folder / "train.jsonl"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_grpo_on_image_prompts_trains_checkpoints_and_resumes_exactly(family, tmp_path) -> None:
+    """A run of image prompts (paths relative to the data file) trains with on-policy ratio 1, saves the processor
+    with the model, and a resumed run equals the uninterrupted one."""
+    from grove.api import train
+
+    model = create_tiny_vision_model_dir(tmp_path / "model", family=family)
+    data = _data(tmp_path)
+    settings = {
+        "model": {"name": str(model)}, "threads": 1,
+        "task": {"id": "jsonl", "train_path": str(data), "image_column": "image", "eval_fraction": 0.25},
+        "rewards": [{"id": "vision_rewards:e_share"}],
+        "rollout": {"max_new_tokens": 6, "engine": "transformers"},
+        "train": {"steps": 3, "prompts_per_step": 2, "completions_per_prompt": 3},
+        "eval": {"every": 0}, "checkpoint": {"every": 1, "keep_last": 3}, "logging": {"progress": False},
+    }
+    full = train({**settings, "output_dir": str(tmp_path / "full")})
+    rows = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["trained_tokens"] > 0 for r in rows)
+    assert rows[0]["ratio"] == pytest.approx(1.0, abs=1e-5)
+    saved = tmp_path / "full" / "checkpoints" / "step-000003" / "model"
+    reloaded, tokenizer = load_policy(saved)
+    assert processor_of(tokenizer) is not None and type(reloaded).__name__.endswith("ForConditionalGeneration")
+    train({**settings, "output_dir": str(tmp_path / "cut"), "train": {**settings["train"], "steps": 2}})
+    resumed = train({**settings, "output_dir": str(tmp_path / "cut")}, resume=True)
+    a = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()][-1]
+    b = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()][-1]
+    assert a["loss"] == b["loss"] and a["reward_mean"] == b["reward_mean"]
+    assert full is not None and resumed is not None
+
+
+def test_qwen2_vl_is_refused_naming_why(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "vision_config": {}}))
+    with pytest.raises(ModelLoadError, match="multimodal rotary positions"):
+        load_policy(tmp_path)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0, 0.7])
+def test_tokens_never_sampled_are_cut_but_logprobs_stay_the_full_vocabularys(temperature) -> None:
+    """The image placeholder is never drawn (greedy picks the next best) and the recorded log-prob of what is drawn is
+    the untruncated policy's, so the update's recomputation over the whole vocabulary still gives ratio 1."""
+    from grove.rollout.sampling import sample_tokens
+
+    logits = torch.tensor([[5.0, 1.0, 0.5, 4.0], [0.0, 9.0, 0.0, 0.0]])
+    never = torch.tensor([0, 1])
+    for u in (0.01, 0.5, 0.99):
+        tokens, logp = sample_tokens(logits, temperature, 0, 1.0, torch.full((2,), u, dtype=torch.float64), never)
+        assert not set(tokens.tolist()) & {0, 1}
+        scaled = logits / (temperature or 1.0)
+        full = torch.log_softmax(scaled, dim=-1).gather(1, tokens[:, None]).squeeze(1)
+        assert torch.allclose(logp, full)
+    greedy, _ = sample_tokens(logits, 0.0, 0, 1.0, torch.zeros(2, dtype=torch.float64), never)
+    assert greedy.tolist() == [3, 2]  # row 1: the best allowed token (a tie of 2 and 3: the first)
+
+
+def test_a_missing_image_file_names_the_row(tmp_path) -> None:
+    from grove.tasks.task import TaskDataError, build_task
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"prompt": "q", "answer": "a", "image": "nowhere.png"}) + "\n")
+    with pytest.raises(TaskDataError, match=r"train.jsonl:1: image 'nowhere.png' of column 'image' does not exist"):
+        build_task("jsonl", {"train_path": str(data), "image_column": "image", "eval_fraction": 0})
+
+
+def test_image_column_values_become_image_parts_before_the_text(tmp_path) -> None:
+    from grove.tasks.task import build_task
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    Image.fromarray(_image(0)).save(folder / "a.png")
+    rows = [{"prompt": "q0", "answer": "x", "image": ["a.png", "a.png"]}, {"prompt": "q1", "answer": "y"}]
+    (folder / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = build_task("jsonl", {"train_path": str(folder / "t.jsonl"), "image_column": "image",
+                                "eval_path": str(folder / "t.jsonl")})
+    first, second = task.train
+    assert [p["type"] for p in first.prompt[0]["content"]] == ["image", "image", "text"]
+    assert first.prompt[0]["content"][0]["image"] == str(folder / "a.png") and first.prompt_text == "q0"
+    assert second.prompt == "q1"
