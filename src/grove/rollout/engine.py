@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from grove.image_table import ImageTable
+from grove.vision.image_table import ImageTable
 
 __all__ = [
     "FINISH_REASONS",
@@ -93,7 +93,7 @@ class RolloutOutput:
     * ``prompt_index`` ``[M]`` which input prompt each row answers;
     * ``prompt_tokens_reused``: how many of the ``B`` prompts' tokens the engine did not run through the model
       (identical prompts prefilled once, prefixes taken from its cache; 0 for engines without either);
-    * ``images``: the pixels of each row's prompt (:class:`grove.image_table.ImageTable`, one owner per row) when the
+    * ``images``: the pixels of each row's prompt (:class:`grove.vision.image_table.ImageTable`, one owner per row) when the
       prompts held images.
     """
 

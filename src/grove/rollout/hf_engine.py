@@ -27,8 +27,6 @@ from torch import Tensor
 from transformers import PreTrainedModel
 from transformers.cache_utils import DynamicCache
 
-from grove.image_table import ImageTable
-from grove.models.vision_language import pixel_inputs, placeholder_token_ids
 from grove.rollout.cache_keyword import cache_argument
 from grove.rollout.decode_attention import use_decode_attention
 from grove.rollout.decode_cache import select_cache_rows
@@ -40,6 +38,8 @@ from grove.rollout.prompt_rows import DistinctPrompts, left_pad
 from grove.rollout.sampling import draw_uniforms, filter_logits, sample_tokens
 from grove.rollout.special_tokens import end_token_ids, padding_token_id
 from grove.rollout.stop_strings import stop_string_hits
+from grove.vision.families import pixel_inputs, placeholder_token_ids
+from grove.vision.image_table import ImageTable
 
 __all__ = ["TransformersEngine", "filter_logits"]
 

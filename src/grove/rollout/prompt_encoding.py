@@ -3,7 +3,7 @@
 :func:`encode_prompt_batch` is the one call a prompt source makes: text prompts go through
 :func:`grove.rollout.engine.encode_prompts`; a vision-language policy's prompts (chat messages whose content may hold
 ``{"type": "image", "image": ...}`` parts) through its processor
-(:func:`grove.models.vision_language.encode_image_prompts`), which expands every image into its image tokens.
+(:func:`grove.vision.image_prompts.encode_image_prompts`), which expands every image into its image tokens.
 :func:`fit_encoded` fits them to the model's context as :func:`grove.rollout.engine.fit_prompts` does, except that a
 prompt with images is never cut (its image tokens must all stay, with their pixels).
 """
@@ -16,9 +16,10 @@ from typing import Any, Literal
 
 import torch
 
-from grove.image_table import ImageTable
-from grove.models.vision_language import encode_image_prompts, has_images, processor_of
 from grove.rollout.engine import PromptTooLongError, encode_prompts, fit_prompts
+from grove.vision.image_prompts import encode_image_prompts, has_images
+from grove.vision.image_table import ImageTable
+from grove.vision.processors import processor_of
 
 __all__ = ["EncodedPrompts", "encode_prompt_batch", "fit_encoded"]
 

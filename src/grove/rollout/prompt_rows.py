@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from grove.image_table import ImageTable
+from grove.vision.image_table import ImageTable
 
 __all__ = ["DistinctPrompts", "left_pad"]
 

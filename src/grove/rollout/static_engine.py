@@ -41,7 +41,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from grove.image_table import ImageTable
 from grove.rollout.decode_rows import DecodeRows
 from grove.rollout.decode_step import DecodeStep, StepRunner, bucket_for
 from grove.rollout.decode_weights import DecodeWeights
@@ -57,6 +56,7 @@ from grove.rollout.special_tokens import end_token_ids, padding_token_id
 from grove.rollout.static_kv_cache import StaticKVCache
 from grove.rollout.static_prefill import Prefill, empty_cache, prefill_prompts, run_prompt_tokens
 from grove.rollout.stop_strings import stop_string_hits
+from grove.vision.image_table import ImageTable
 
 __all__ = ["StaticCacheEngine"]
 

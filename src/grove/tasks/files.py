@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from grove.optional_packages import PILLOW, require
 from grove.tasks.task import TASKS, Example, Task, TaskDataError, TaskSplits
 
 
@@ -175,6 +176,7 @@ def _image_part(value: Any, where: str, column: str, image_dir: Path | None) -> 
         if value.get("bytes") is not None:
             import io
 
+            require(PILLOW, f"the images of column {column!r}")
             from PIL import Image
 
             return {"type": "image", "image": Image.open(io.BytesIO(value["bytes"]))}

@@ -36,9 +36,9 @@ from grove.distributed.world import World, derived_seed
 from grove.infra import checkpoint as ckpt
 from grove.infra.run_lock import RunDirectoryLock, hold_run_directory
 from grove.infra.write_failures import reporting_write_failures
-from grove.models.vision_language import tokenizer_files
 from grove.training.policy_models import PolicyModels
 from grove.training.resume_config import ConfigChange, check_resumed_config, record_config_changes
+from grove.vision.processors import tokenizer_files
 
 __all__ = [
     "NoLoadableCheckpointError",

@@ -11,7 +11,7 @@ image instead (Qwen2-VL's ``image_grid_thw [I, 3]``). :class:`ImageTable` keeps 
 Selecting samples (micro-batches, fanning a prompt out to its completions) and concatenating batches are index
 operations on these two tensors, never per-sample loops over pixels, so the table travels with the
 :class:`grove.batch.RolloutBatch` the way the step table does. How a model family wants the tensors for its
-forward (stacked per sample, or flat) is :mod:`grove.models.vision_families`'s business.
+forward (stacked per sample, or flat) is :mod:`grove.vision.families`'s business.
 """
 
 from __future__ import annotations
