@@ -3,25 +3,36 @@
 ``corridor``: positions 0..length; the goal is the right end (reward 1, won). Any text is a move: "left" or
 "right" as such, anything else by the parity of its character codes, so a random policy still moves (and
 revisits states, which GiGPO's anchor groups need). ``fail_at``: the environment raises when a copy reaches
-that position on an odd task id (an environment bug the rollout must isolate).
+that position on an odd task id (an environment bug the rollout must isolate). ``pictures: true`` adds a picture of
+the corridor to every observation (one gray column per cell, the walker's brighter), for vision-language policies.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from grove.envs.base import EnvironmentSuite, Observation, Transition
 
 
 class Corridor:
-    def __init__(self, length: int, fail_at: int | None) -> None:
+    def __init__(self, length: int, fail_at: int | None, pictures: bool = False) -> None:
         self.length = length
         self.fail_at = fail_at
+        self.pictures = pictures
         self.position = 0
         self.task_id = 0
 
     def _observation(self) -> Observation:
         cells = ["_"] * (self.length + 1)
         cells[self.position] = "P"
-        return Observation(text="".join(cells), anchor=self.position, admissible_actions=("left", "right"))
+        images = ()
+        if self.pictures:
+            picture = np.full((32, 32, 3), 60, dtype=np.uint8)
+            width = 32 // (self.length + 1)
+            picture[:, self.position * width : (self.position + 1) * width] = 230
+            images = (picture,)
+        return Observation(text="".join(cells), anchor=self.position, admissible_actions=("left", "right"),
+                           images=images)
 
     def reset(self, task_id: int, seed: int) -> Observation:
         self.task_id = task_id
@@ -41,9 +52,10 @@ class Corridor:
 def corridor(params: dict) -> EnvironmentSuite:
     length = int(params.get("length", 3))
     fail_at = params.get("fail_at")
+    pictures = bool(params.get("pictures", False))
     return EnvironmentSuite(
         name="corridor",
-        make=lambda: Corridor(length, fail_at),
+        make=lambda: Corridor(length, fail_at, pictures),
         train_tasks=list(range(8)),
         eval_tasks=list(range(100, 104)),
         instructions="Walk right to the end of the corridor. Answer with left or right.",

@@ -267,3 +267,51 @@ def test_image_column_values_become_image_parts_before_the_text(tmp_path) -> Non
     assert [p["type"] for p in first.prompt[0]["content"]] == ["image", "image", "text"]
     assert first.prompt[0]["content"][0]["image"] == str(folder / "a.png") and first.prompt_text == "q0"
     assert second.prompt == "q1"
+
+
+@pytest.mark.parametrize("prompt", ["per_step", "conversation"])
+def test_an_environment_whose_observations_hold_images_trains_on_policy(prompt, tmp_path) -> None:
+    """Every turn's prompt carries its observation's picture (a conversation carries every picture so far), the
+    samples keep them, and the update recomputes the rollout's log-probs (ratio 1) with GiGPO's step credit."""
+    from grove.api import train
+
+    model = create_tiny_vision_model_dir(tmp_path / "model", family="llava")
+    run = tmp_path / "run"
+    train({
+        "model": {"name": str(model)}, "threads": 1, "output_dir": str(run),
+        "env": {"id": "tests.agent_envs:corridor", "params": {"length": 2, "pictures": True}, "max_turns": 4,
+                "prompt": prompt, "action_parser": {"id": "raw"}},
+        "algorithm": {"advantage": {"id": "gigpo"}},
+        "rollout": {"max_new_tokens": 4, "engine": "transformers"},
+        "train": {"steps": 3, "prompts_per_step": 2, "completions_per_prompt": 2},
+        "eval": {"every": 0}, "checkpoint": {"every": 0}, "logging": {"progress": False},
+    })
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if r["trained_tokens"] > 0]
+    assert trained, "no step had a signal to train on"
+    assert all(r["ratio"] == pytest.approx(1.0, abs=1e-5) for r in trained)
+    assert all(r["logprob_mismatch_max"] < 1e-4 for r in rows)
+
+
+def test_conversation_samples_carry_every_picture_of_their_tokens(vlm) -> None:
+    from grove.envs.base import Observation
+    from grove.experience.conversation import ConversationPrompter
+    from grove.experience.episode_records import Turn
+    from grove.envs.actions import ParsedAction
+
+    _, _, model, tokenizer = vlm
+    prompter = ConversationPrompter(tokenizer, "Play.", show_admissible=False, max_context_tokens=4096,
+                                    max_new_tokens=4)
+    first = Observation("start", anchor=0, images=(_image(0),))
+    prompter.begin(first)
+    rows = int(prompter.images.rows.sum())  # an image's rows (one for LLaVA, its crops for Idefics3)
+    action = tokenizer("left", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    turn = Turn(observation=first, action_ids=action, logprobs=[0.0] * len(action), text="left",
+                parsed=ParsedAction("left", True), reward=0.0, penalty=0.0, done=False, finish_reason="eos", info={})
+    prompter.record(turn, Observation("next", anchor=1, images=(_image(1),)))
+    [sample] = prompter.samples()
+    assert int(sample.images.rows.sum()) == 2 * rows and prompter.images is sample.images
+    image_token = getattr(model.config, "image_token_id", None) or model.config.image_token_index
+    tokens = sample.prompt_ids + sample.response_ids
+    assert sample.prompt_ids.count(image_token) > 0
+    assert sample.prompt_ids.count(image_token) * 2 == tokens.count(image_token)  # the second picture's, expanded

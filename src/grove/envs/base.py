@@ -46,7 +46,9 @@ class Observation:
     * ``anchor``: hashable exact state key (e.g. the integer state of a toy-text env, a hash of sorted
       TextWorld facts, the Sokoban grid text);
     * ``admissible_actions``: the valid commands in this state, when the environment knows them
-      (shown to the model and used by the ``admissible`` action parser); ``None`` when it does not.
+      (shown to the model and used by the ``admissible`` action parser); ``None`` when it does not;
+    * ``images``: pictures of the state for a vision-language policy (file paths, PIL images or ``[H, W(, C)]``
+      arrays), shown before the text of the observation's user message; empty for text environments.
 
     An observation longer than the model's context ends its trajectory, or keeps its end
     (``env.prompt_overflow``).
@@ -55,6 +57,7 @@ class Observation:
     text: str
     anchor: Hashable
     admissible_actions: tuple[str, ...] | None = None
+    images: tuple[Any, ...] = ()
 
 
 class Transition(NamedTuple):

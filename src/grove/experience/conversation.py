@@ -19,6 +19,10 @@ The context may hold ``env.max_context_tokens`` or the model's context length, w
 ``max_new_tokens`` (:mod:`grove.experience.context_budget`). An observation that would take the conversation past
 it is not appended (its tokens never reach a sample) and the trajectory ends there; with ``truncate_observation``
 the observation keeps the end that fits instead, and the trajectory ends only when not even that does.
+
+An observation's images (a vision-language policy) go before its text in its user message; the processor renders
+the whole conversation with every image expanded into its image tokens, and a sample carries the pixels of all the
+images among its tokens.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from typing import Any
 from grove.envs.base import Observation
 from grove.experience.context_budget import ContextBudget, ContextOverflow, cut_to_fit
 from grove.experience.episode_records import SampleTokens, Turn
-from grove.experience.per_step_prompts import render_observation
+from grove.experience.per_step_prompts import encode_messages, observation_content, render_observation
+from grove.vision.image_table import ImageTable
 
 __all__ = ["ConversationPrompter"]
 
@@ -51,22 +56,25 @@ class ConversationPrompter:
         self.tokenizer = tokenizer
         self.show_admissible = show_admissible
         self.budget = budget or ContextBudget.of(None, max_new_tokens, max_context_tokens=max_context_tokens)
-        self.messages: list[dict[str, str]] = [{"role": "system", "content": instructions}]
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
         self.tokens: list[int] = []
         self.current: SampleTokens | None = None
         self._samples: list[SampleTokens] = []
         self.eos_ids = _eos_ids(tokenizer)
         self.prefix_breaks = 0  # samples started because the rendering did not extend the tokens
         self.overflow: ContextOverflow | None = None
+        self.images: ImageTable | None = None  # the pixels of the images in the context (a VLM policy)
+        self._rendered_images: ImageTable | None = None
 
-    def _render(self, messages: list[dict[str, str]] | None = None) -> list[int]:
-        text = self.tokenizer.apply_chat_template(
-            self.messages if messages is None else messages, tokenize=False, add_generation_prompt=True
-        )
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+    def _render(self, messages: list[dict[str, Any]] | None = None) -> list[int]:
+        """The conversation (or ``messages``) rendered with the generation prompt; the pixels of its images kept for
+        the sample it becomes."""
+        ids, self._rendered_images = encode_messages(self.tokenizer, self.messages if messages is None else messages)
+        return ids
 
     def _start_sample(self, prompt: list[int]) -> None:
-        self.current = SampleTokens(prompt_ids=list(prompt))
+        self.current = SampleTokens(prompt_ids=list(prompt), images=self._rendered_images)
+        self.images = self._rendered_images
         self._samples.append(self.current)
         self.tokens = list(prompt)
 
@@ -76,7 +84,8 @@ class ConversationPrompter:
         text = render_observation(observation, self.show_admissible)
         at_least = self.budget.surely_exceeded(self.tokenizer, observation.text)
         # an observation too long to be worth measuring is not rendered whole: cut, or the conversation ends
-        rendered = self._render([*self.messages, {"role": "user", "content": text}]) if at_least is None else None
+        message = {"role": "user", "content": observation_content(text, observation)}
+        rendered = self._render([*self.messages, message]) if at_least is None else None
         if rendered is None or not self.budget.fits(len(rendered)):
             fitted = None
             if self.budget.overflow == "truncate_observation":
@@ -84,7 +93,8 @@ class ConversationPrompter:
                     self.tokenizer, observation.text.strip(), self.budget.limit,
                     lambda shown: self._render([
                         *self.messages,
-                        {"role": "user", "content": render_observation(observation, self.show_admissible, shown)},
+                        {"role": "user", "content": observation_content(
+                            render_observation(observation, self.show_admissible, shown), observation)},
                     ]),
                 )
             if fitted is None:
@@ -95,7 +105,7 @@ class ConversationPrompter:
                 return None
             rendered, shown = fitted
             text = render_observation(observation, self.show_admissible, shown)
-        self.messages.append({"role": "user", "content": text})
+        self.messages.append({"role": "user", "content": observation_content(text, observation)})
         return rendered
 
     def begin(self, observation: Observation) -> None:
@@ -129,6 +139,7 @@ class ConversationPrompter:
         if rendered[: len(self.tokens)] == self.tokens:
             self.current.append(rendered[len(self.tokens) :], None, -1)
             self.tokens = rendered
+            self.current.images = self.images = self._rendered_images  # the images of all its tokens so far
         else:
             self.prefix_breaks += 1
             self._start_sample(rendered)

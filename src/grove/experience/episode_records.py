@@ -15,6 +15,7 @@ from grove.envs.actions import ParsedAction
 from grove.envs.base import Observation
 from grove.experience.context_budget import ContextOverflow
 from grove.experience.env_failures import ERROR_KINDS
+from grove.vision.image_table import ImageTable
 
 __all__ = ["EpisodeRun", "Prompter", "SampleTokens", "Trajectory", "Turn"]
 
@@ -49,6 +50,7 @@ class SampleTokens:
     response_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     token_turns: list[int] = field(default_factory=list)
+    images: ImageTable | None = None  # the pixels of the images among its tokens (one owner), for a VLM policy
 
     def append(self, ids: Sequence[int], logprobs: Sequence[float] | None, turn: int) -> None:
         self.response_ids.extend(ids)
@@ -65,6 +67,8 @@ class Prompter(Protocol):
 
     #: why the last :meth:`context` was ``None`` (``None`` while every context fit)
     overflow: ContextOverflow | None
+    #: the pixels of the images in the last :meth:`context` (one owner; ``None``: it holds no image)
+    images: ImageTable | None
 
     def begin(self, observation: Observation) -> None: ...
 

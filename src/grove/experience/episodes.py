@@ -43,6 +43,7 @@ from grove.experience.episode_records import EpisodeRun, Prompter, Trajectory, T
 from grove.experience.step_results import MalformedEnvironmentResult, checked_observation, checked_transition
 from grove.rollout.engine import RolloutEngine, SamplingParams, reusing_prefixes
 from grove.user_code import user_code
+from grove.vision.image_table import ImageTable
 
 __all__ = ["EnvironmentTimeout", "EpisodeSettings", "run_episodes"]
 
@@ -158,7 +159,7 @@ def _turn_contexts(
     active: list[int], prompters: list[Prompter], trajectories: list[Trajectory], env_name: str, turn_number: int
 ) -> tuple[list[list[int]], list[int]]:
     """The contexts of this turn and the trajectories they belong to; a trajectory whose context does not fit the
-    model ends here (marked, with one warning)."""
+    model ends here (marked, with one warning). The contexts' images: :func:`_context_images`."""
     contexts, running = [], []
     for k in active:
         ctx = prompters[k].context()
@@ -170,6 +171,13 @@ def _turn_contexts(
             contexts.append(ctx)
             running.append(k)
     return contexts, running
+
+
+def _context_images(prompters: list[Prompter], running: list[int]) -> dict[str, ImageTable]:
+    """The ``images`` keyword of this turn's generate call: the pixels of the running contexts (one owner each), or
+    nothing when none holds an image."""
+    tables = [getattr(prompters[k], "images", None) for k in running]
+    return {"images": ImageTable.of_owners(tables)} if any(t is not None for t in tables) else {}
 
 
 def _transition(
@@ -229,7 +237,7 @@ def _play(
             contexts, running = _turn_contexts(active, prompters, trajectories, env_name, turn_number)
             if not running:
                 break
-            out = engine.generate(contexts, 1, settings.sampling, generator)
+            out = engine.generate(contexts, 1, settings.sampling, generator, **_context_images(prompters, running))
             gen_seconds += out.seconds
             tokens += out.num_generated_tokens
             prompt_tokens += sum(len(c) for c in contexts)

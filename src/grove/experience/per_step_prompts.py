@@ -12,7 +12,8 @@ episode length; the cost is one prompt per step in the training forward.
 A prompt longer than the budget (:mod:`grove.experience.context_budget`) is not generated from: the trajectory
 ends there, or, with ``truncate_observation``, the current observation comes first: the history pairs are left out
 of this prompt, oldest first, until it fits whole, and one too long even alone keeps its end (with no history).
-The history shows each past observation as its prompt showed it (cut or not).
+The history shows each past observation as its prompt showed it (cut or not). An observation's images (a
+vision-language policy) go before its text in the user message; past observations appear in the history as text.
 """
 
 from __future__ import annotations
@@ -23,14 +24,37 @@ from grove.envs.base import Observation
 from grove.experience.context_budget import CHARS_PER_TOKEN, ContextBudget, ContextOverflow, cut_to_fit
 from grove.experience.episode_records import SampleTokens, Turn
 from grove.rollout.engine import encode_prompts
+from grove.rollout.prompt_encoding import encode_prompt_batch
+from grove.vision.image_prompts import has_images
+from grove.vision.image_table import ImageTable
+from grove.vision.processors import processor_of
 
-__all__ = ["PerStepPrompter", "render_observation"]
+__all__ = ["PerStepPrompter", "encode_messages", "observation_content", "render_observation"]
 
 
 _NO_ROOM_FOR_A_CUT = (
     "Not even the end of the observation fits beside the instructions (env.prompt_overflow: truncate_observation): "
     "shorten the instructions or lower rollout.max_new_tokens"
 )
+
+def observation_content(text: str, observation: Observation) -> str | list[dict[str, Any]]:
+    """A user message's content for ``observation`` rendered as ``text``: the text, after the observation's images
+    (image parts) when it has any."""
+    if not observation.images:
+        return text
+    return [*({"type": "image", "image": image} for image in observation.images), {"type": "text", "text": text}]
+
+
+def encode_messages(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[int], ImageTable | None]:
+    """Chat ``messages`` (the last a user message) rendered with the generation prompt and encoded: through a
+    vision-language policy's processor when it has one or a message holds images (their pixels returned, one owner),
+    else with the tokenizer's chat template."""
+    if processor_of(tokenizer) is not None or has_images(messages):
+        encoded = encode_prompt_batch(tokenizer, [messages])
+        return encoded.ids[0], encoded.images
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]), None
+
 
 def render_observation(observation: Observation, show_admissible: bool, text: str | None = None) -> str:
     """The observation as the model reads it: its text (or ``text``, e.g. a cut of it) and, when shown, its
@@ -73,10 +97,12 @@ class PerStepPrompter:
         self.overflow: ContextOverflow | None = None
         self._samples: list[SampleTokens] = []
         self._context: list[int] | None = None
+        self.images = None  # the current observation's pixels, as its prompt holds them
 
     def begin(self, observation: Observation) -> None:
         self.observation = observation
         self.shown = None
+        self.images = None
 
     def _render(self, text: str | None = None, history: int | None = None) -> str:
         """The user message with the current observation's text as ``text`` (default: as it is) and the last
@@ -99,6 +125,15 @@ class PerStepPrompter:
         return "\n\n".join(parts)
 
     def _encode(self, body: str) -> list[int]:
+        """The prompt's ids; the current observation's images (a vision-language policy) go before its text, their
+        pixels into :attr:`images` (the same for every rendering of one observation)."""
+        if processor_of(self.tokenizer) is not None or self.observation.images:
+            if not self.use_chat_template:
+                raise ValueError("observations with images need rollout.use_chat_template: true")
+            system = {"role": "system", "content": self.instructions}
+            user = {"role": "user", "content": observation_content(body, self.observation)}
+            ids, self.images = encode_messages(self.tokenizer, [system, user])
+            return ids
         if self.use_chat_template:
             return encode_prompts(self.tokenizer, [body], system_prompt=self.instructions)[0]
         return encode_prompts(self.tokenizer, [f"{self.instructions}\n\n{body}"], use_chat_template=False)[0]
@@ -137,7 +172,7 @@ class PerStepPrompter:
         )
 
     def record(self, turn: Turn, next_observation: Observation | None) -> None:
-        sample = SampleTokens(prompt_ids=list(self._context))
+        sample = SampleTokens(prompt_ids=list(self._context), images=self.images)
         sample.append(turn.action_ids, turn.logprobs, len(self.past))
         self._samples.append(sample)
         self.past.append((turn, self.shown if self.shown is not None else turn.observation.text.strip()))

@@ -87,6 +87,11 @@ def checked_observation(value: Any, where: str) -> Observation:
             "admissible_actions", f"{where} returned admissible_actions {_shown(actions)} of type "
             f"{type(actions).__name__}; give a tuple of str (the valid commands), or None when it has no list",
         )
+    if not isinstance(value.images, tuple | list):
+        raise MalformedEnvironmentResult(
+            "images", f"{where} returned images of type {type(value.images).__name__}; Observation.images must be a "
+            "tuple of images (file paths, PIL images or arrays), empty for none",
+        )
     return value
 
 

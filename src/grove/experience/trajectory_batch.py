@@ -11,6 +11,8 @@ Per sample, ``rewards`` has three columns: ``env_reward`` (the environment rewar
 sample holds), ``episode_return`` (its trajectory's) and ``invalid_penalty`` (charged to its steps). The
 sample's score, what outcome estimators normalise, is ``episode_return − invalid_penalty``: verl-agent's
 episode score for a per-step sample; for a whole-episode sample, the return minus all its penalties.
+
+A vision-language policy's samples carry the pixels of the images among their tokens (``images``, one owner each).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from grove.experience import step_annotators  # noqa: F401  (registers the built
 from grove.experience.anchors import anchor_ids
 from grove.experience.episode_records import Trajectory, Turn
 from grove.registry import STEP_ANNOTATORS, Entry
+from grove.vision.image_table import ImageTable
 
 __all__ = ["REWARD_COLUMNS", "trajectories_to_batch"]
 
@@ -71,7 +74,7 @@ def trajectories_to_batch(
     """``(batch, scores [N])`` of the trajectories' samples; trajectories without samples are left out.
     ``annotators``: the step annotators whose columns the step table holds (default: every registered one; a run
     passes those its front door looked up)."""
-    prompts, responses, logprobs, token_turns = [], [], [], []
+    prompts, responses, logprobs, token_turns, images = [], [], [], [], []
     sample_group, sample_traj, sample_first_turn, sample_truncated = [], [], [], []
     reward_rows, scores = [], []
     step_rows = {k: [] for k in ("sample", "group", "trajectory", "index", "reward", "penalty", "terminal")}
@@ -97,6 +100,7 @@ def trajectories_to_batch(
                 step_rows["terminal"].append(t == len(traj.turns) - 1)
                 step_turns.append(turn)
             prompts.append(sample.prompt_ids)
+            images.append(sample.images)
             responses.append(sample.response_ids)
             logprobs.append(sample.logprobs)
             token_turns.append([step_of_turn[t] if t >= 0 else -1 for t in sample.token_turns])
@@ -130,5 +134,6 @@ def trajectories_to_batch(
         truncated=torch.tensor(sample_truncated, dtype=torch.bool),
         steps=steps,
         token_steps=token_steps,
+        images=ImageTable.of_owners(images) if any(i is not None for i in images) else None,
     )
     return batch, torch.tensor(scores, dtype=torch.float32)
