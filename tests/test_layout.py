@@ -36,13 +36,13 @@ ALLOWED = {
     "distributed": {"batch"},
     "knowledge": {"atomic_files", "registry"},
     "envs": {"knowledge", "registry", "user_code"},
-    "sft": {"batch", "config", "rollout"},
+    "sft": {"batch", "config", "rollout", "vision"},
     "rm": {"batch", "config", "distributed", "evaluation", "infra", "pipeline", "rewards", "sft"},
     "demos": {"atomic_files", "config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
     "view": {"infra"},
     "resolve": {
         "builtin_components", "config", "core", "envs", "experience", "infra", "models", "pipeline", "registry",
-        "rewards", "tasks", "user_code",
+        "rewards", "tasks", "user_code", "vision",
     },
     "experience": {
         "batch", "config", "core", "distributed", "envs", "evaluation", "infra", "pipeline", "registry", "rewards",

@@ -294,10 +294,10 @@ def test_an_environment_whose_observations_hold_images_trains_on_policy(prompt, 
 
 
 def test_conversation_samples_carry_every_picture_of_their_tokens(vlm) -> None:
+    from grove.envs.actions import ParsedAction
     from grove.envs.base import Observation
     from grove.experience.conversation import ConversationPrompter
     from grove.experience.episode_records import Turn
-    from grove.envs.actions import ParsedAction
 
     _, _, model, tokenizer = vlm
     prompter = ConversationPrompter(tokenizer, "Play.", show_admissible=False, max_context_tokens=4096,
@@ -315,3 +315,37 @@ def test_conversation_samples_carry_every_picture_of_their_tokens(vlm) -> None:
     tokens = sample.prompt_ids + sample.response_ids
     assert sample.prompt_ids.count(image_token) > 0
     assert sample.prompt_ids.count(image_token) * 2 == tokens.count(image_token)  # the second picture's, expanded
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sft_on_image_conversations_lowers_the_held_out_loss_and_encodes_prompts_as_rollouts_do(family, tmp_path) -> None:
+    """Rows whose user messages hold images (paths relative to the data file) train; an example's prompt stretch
+    equals the rollout's encoding of the same prompt, and its pixels travel with it."""
+    from grove.api import train
+    from grove.sft.data import load_sft_examples
+
+    model_dir = create_tiny_vision_model_dir(tmp_path / "model", family=family)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    rows = []
+    for i in range(12):
+        Image.fromarray(_image(i % 3)).save(folder / f"img{i}.png")
+        rows.append({"messages": [
+            {"role": "user", "content": [{"type": "image", "image": f"img{i}.png"}, {"type": "text", "text": "Which?"}]},
+            {"role": "assistant", "content": ["red", "green", "blue"][i % 3]},
+        ]})
+    (folder / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _, tokenizer = load_policy(model_dir)
+    [first, *_] = load_sft_examples(folder / "sft.jsonl", tokenizer, max_length=512)
+    prompt = encode_prompt_batch(tokenizer, [_ask(str(folder / "img0.png"), "Which?")])
+    assert first.input_ids[: len(prompt.ids[0])] == prompt.ids[0]
+    assert torch.equal(first.images.row_tensors["pixel_values"], prompt.images.row_tensors["pixel_values"])
+    run = tmp_path / "sft"
+    train({
+        "model": {"name": str(model_dir)}, "threads": 1, "output_dir": str(run),
+        "sft": {"data": [str(folder / "sft.jsonl")], "eval_fraction": 0.25},
+        "train": {"steps": 6, "micro_batch_size": 4}, "optim": {"lr": 3e-3},
+        "checkpoint": {"every": 0}, "logging": {"progress": False},
+    }, kind="sft")
+    evals = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    assert evals[-1]["held_out_loss"] < evals[0]["held_out_loss"]

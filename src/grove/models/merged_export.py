@@ -23,8 +23,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from grove.infra.write_failures import reporting_write_failures
 from grove.models.model_files import (
     ADAPTER_CONFIG_FILE,
@@ -33,7 +31,8 @@ from grove.models.model_files import (
     reading_model_files,
     work_offline,
 )
-from grove.models.pretrained import load_merged_adapter
+from grove.models.pretrained import load_merged_adapter, load_tokenizer, model_class_of
+from grove.vision.families import is_vision_language
 from grove.vision.processors import save_tokenizer_files
 
 __all__ = ["export_merged"]
@@ -89,7 +88,7 @@ def _write_model(model: Any, tokenizer: Any, out_dir: Path) -> None:
 
 
 def export_merged(
-    checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike, *, auto_class: type = AutoModelForCausalLM,
+    checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike, *, auto_class: type | None = None,
     config_updates: dict[str, Any] | None = None,
     retry_hint: str = "run the export again (or export to another directory)",
 ) -> Path:
@@ -102,7 +101,8 @@ def export_merged(
     name and renamed, so a failure leaves no partial ``out_dir``; a write that fails raises
     :class:`grove.infra.write_failures.RunWriteError` ending with ``retry_hint``. Returns ``out_dir``.
 
-    ``auto_class``: the transformers class the model loads as (a reward model: ``AutoModelForSequenceClassification``,
+    ``auto_class``: the transformers class the model loads as (default: a policy's, ``AutoModelForCausalLM`` or for
+    a vision-language model ``AutoModelForImageTextToText``; a reward model: ``AutoModelForSequenceClassification``,
     its base loaded with ``num_labels`` from ``config_updates["id2label"]``); ``config_updates``: attributes set on
     the written model's config (a reward model's heads and problem type).
     """
@@ -121,14 +121,15 @@ def export_merged(
                 f"{model_dir} holds neither {ADAPTER_CONFIG_FILE} (a LoRA checkpoint) nor config.json (a full model)"
             )
         with reading_model_files(model_dir):
-            model = auto_class.from_pretrained(model_dir, dtype="auto", local_files_only=True)
+            model = (auto_class or model_class_of(model_dir)).from_pretrained(model_dir, dtype="auto",
+                                                                            local_files_only=True)
         tokenizer_dir = model_dir
     if not has_tokenizer(tokenizer_dir):
         raise FileNotFoundError(f"no tokenizer in {tokenizer_dir} (expected {' or '.join(TOKENIZER_FILES)})")
     if config_updates:
         model.config.update(config_updates)
     with reading_model_files(tokenizer_dir, "the tokenizer"):
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+        tokenizer = load_tokenizer(tokenizer_dir, vision=is_vision_language(model.config))  # a VLM: its processor too
 
     with reporting_write_failures(out_dir, "the exported model", retry_hint):
         _write_model(model, tokenizer, out_dir)

@@ -45,6 +45,8 @@ __all__ = [
     "grove_cache_dir",
     "load_merged_adapter",
     "load_policy",
+    "load_tokenizer",
+    "model_class_of",
     "resolve_model_path",
 ]
 
@@ -242,7 +244,7 @@ def _check_config_json(path: Path) -> None:
         )
 
 
-def _load_tokenizer(path: Path, vision: bool) -> PreTrainedTokenizerBase:
+def load_tokenizer(path: Path, vision: bool) -> PreTrainedTokenizerBase:
     """The tokenizer of a model directory; for a vision-language model its processor's, with the processor attached
     (:func:`grove.vision.processors.processor_of`)."""
     try:
@@ -281,7 +283,7 @@ def _load_from_directory(path: Path, dtype: torch.dtype) -> tuple[PreTrainedMode
     """The tokenizer and model of a local model directory; what goes wrong is a :class:`ModelLoadError`."""
     _check_config_json(path)
     model_class = model_class_of(path)
-    tokenizer = _load_tokenizer(path, vision=model_class is not AutoModelForCausalLM)
+    tokenizer = load_tokenizer(path, vision=model_class is not AutoModelForCausalLM)
     try:
         model = model_class.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (*_LOAD_ERRORS, RuntimeError) as exc:
@@ -351,7 +353,7 @@ def load_policy(
             model = model.to(dtype)
             has_tokenizer = (adapter_dir / "tokenizer_config.json").is_file()
             tokenizer_dir = adapter_dir if has_tokenizer else base_dir
-            tokenizer = _load_tokenizer(tokenizer_dir, vision=is_vision_language(model.config))
+            tokenizer = load_tokenizer(tokenizer_dir, vision=is_vision_language(model.config))
         except ModelLoadError:
             raise
         except _LOAD_ERRORS as exc:

@@ -108,6 +108,7 @@ def _check_lora_targets(cfg: GroveConfig) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from grove.models.lora import adapter_parameter_count
+    from grove.vision.families import is_vision_language
 
     lora = cfg.model.lora
     assert lora is not None
@@ -115,8 +116,11 @@ def _check_lora_targets(cfg: GroveConfig) -> None:
         config = AutoConfig.from_pretrained(_policy_path(cfg), local_files_only=True)
     except Exception:  # noqa: BLE001 - an unreadable model is the model load's to report, with its own message
         return
+    auto_class = AutoModelForCausalLM
+    if is_vision_language(config):
+        from transformers import AutoModelForImageTextToText as auto_class
     with torch.device("meta"):  # the module tree without weights
-        skeleton = AutoModelForCausalLM.from_config(config)
+        skeleton = auto_class.from_config(config)
     try:
         adapter_parameter_count(skeleton, lora)
     except ValueError as exc:

@@ -21,6 +21,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from grove.batch import RolloutBatch
 from grove.sft.data import SftExample
+from grove.vision.image_table import ImageTable
 
 __all__ = ["pack_groups", "sft_batch"]
 
@@ -81,6 +82,7 @@ def sft_batch(examples: Sequence[SftExample], pad_token_id: int, *, pack_length:
         step_index=torch.zeros(n, dtype=torch.long),
         truncated=torch.zeros(n, dtype=torch.bool),
         metadata=tuple({"origin": ex.origin} for ex in examples),
+        images=ImageTable.of_owners([ex.images for ex in examples]) if any(ex.images is not None for ex in examples) else None,
     )
 
 

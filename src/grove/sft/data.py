@@ -15,10 +15,12 @@ import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from grove.sft.data_files import DATA_SUFFIXES, SftDataError, read_rows
 from grove.sft.row_tokens import DATA_FORMATS, RowError, RowTokenizer, detect_format, present_keys
+from grove.vision.image_table import ImageTable
 
 __all__ = ["OVERFLOW_MODES", "SftDataError", "SftExample", "load_sft_examples", "split_held_out"]
 
@@ -37,6 +39,7 @@ class SftExample:
     input_ids: list[int]
     loss_mask: list[int]
     origin: str
+    images: ImageTable | None = None  # the pixels of its images (one owner), for a vision-language policy
 
     def __post_init__(self) -> None:
         if len(self.input_ids) != len(self.loss_mask):
@@ -90,9 +93,10 @@ def load_sft_examples(
         row_format = data_format if data_format != "auto" else _file_format(*rows[0])
         for origin, row in rows:
             try:
-                ids, mask = rows_to_tokens.tokens(row, row_format)
+                ids, mask = rows_to_tokens.tokens(row, row_format, image_dir=Path(path).expanduser().parent)
             except RowError as exc:
                 raise SftDataError(f"{origin}: {exc}") from None
+            images = rows_to_tokens.images
             if len(ids) > max_length:
                 if overflow == "error":
                     raise SftDataError(
@@ -100,12 +104,12 @@ def load_sft_examples(
                         f"raise sft.max_length, or set sft.overflow to truncate (keep the first {max_length} tokens) "
                         "or drop (leave such rows out)"
                     )
-                if overflow == "drop" or not any(mask[:max_length]):
-                    dropped += 1
+                if overflow == "drop" or not any(mask[:max_length]) or images is not None:
+                    dropped += 1  # a row with images is never cut: its image tokens must all stay
                     continue
                 truncated += 1
                 ids, mask = ids[:max_length], mask[:max_length]
-            examples.append(SftExample(ids, mask, origin))
+            examples.append(SftExample(ids, mask, origin, images))
     if truncated or dropped:
         log.warning(
             "sft.max_length=%d: %d of %d rows were longer; %d cut to their first %d tokens, %d left out%s",

@@ -17,10 +17,17 @@ stretch is the message's content tokenised on its own, then ``tokenizer.eos_toke
 the eos token (ChatML's ``"\\n"``) opens the next untrained stretch, as the environment tokens of a grove
 conversation rollout do (:mod:`grove.experience.conversation`). Tokens after the last trained one are left out:
 they carry no loss.
+
+A vision-language policy's rows may hold images: a message's content is then a list of text and image parts
+(``{"type": "image", "image": <path>}``; relative paths are read from the data file's folder), rendered by the
+processor's chat template; each untrained stretch is encoded by the processor with the images whose placeholders it
+holds (the first stretch, the prompt, exactly as a rollout encodes it), and :attr:`RowTokenizer.images` holds the
+pixels of the last row's images.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,6 +35,9 @@ from pydantic import ValidationError
 from grove.rollout.engine import encode_prompts
 from grove.sft.data_files import json_kind
 from grove.sft.demonstration_format import DEMONSTRATION_KEYS, DemonstrationRow, tokenizer_fingerprint
+from grove.vision.image_prompts import ImagePromptError, encode_with_images, image_placeholder, parts_messages
+from grove.vision.image_table import ImageTable
+from grove.vision.processors import processor_of
 
 __all__ = ["DATA_FORMATS", "ROLES", "RowError", "RowTokenizer", "detect_format"]
 
@@ -77,11 +87,26 @@ class RowTokenizer:
         self.system_prompt = system_prompt
         self.use_chat_template = use_chat_template
         self._fingerprint: str | None = None
+        self.vision = processor_of(tokenizer) is not None
+        self.images: ImageTable | None = None  # the pixels of the last row's images (a vision-language policy)
+        self._pending: list[Any] = []  # the row's images not yet encoded, in order
+        self._pieces: list[ImageTable] = []
 
-    def tokens(self, row: dict[str, Any], data_format: str) -> Tokens:
-        """The row's ``(input_ids, loss_mask)`` read as ``data_format``; :class:`RowError` when it cannot be."""
+    def tokens(self, row: dict[str, Any], data_format: str, image_dir: Path | None = None) -> Tokens:
+        """The row's ``(input_ids, loss_mask)`` read as ``data_format``; :class:`RowError` when it cannot be. The
+        pixels of its images (relative paths read from ``image_dir``) are then in :attr:`images`."""
+        self.images, self._pending, self._pieces, self._image_dir = None, [], [], image_dir
+        ids_mask = self._tokens(row, data_format)
+        if self._pending:
+            raise RowError(f"{len(self._pending)} image(s) of the row have no placeholder in the rendered chat: the "
+                           "chat template drops image parts; use the processor's own template")
+        if self._pieces:
+            self.images = ImageTable.joined(self._pieces)
+        return ids_mask
+
+    def _tokens(self, row: dict[str, Any], data_format: str) -> Tokens:
         if data_format == "messages":
-            messages = _messages(_field(row, "messages", "a list of messages"), "messages")
+            messages = self._checked_messages(_field(row, "messages", "a list of messages"), "messages")
             labels = [f"messages[{k}]" for k in range(len(messages))]
             return self._chat(messages, labels, [i for i, m in enumerate(messages) if m["role"] == "assistant"])
         if data_format == "prompt_completion":
@@ -108,8 +133,8 @@ class RowTokenizer:
             answer = self._encode(completion)
             return [*prompt_ids, *answer, self.eos_id], [0] * len(prompt_ids) + [1] * (len(answer) + 1)
         if isinstance(prompt, list) and isinstance(completion, list):
-            prompt_messages = _messages(prompt, "prompt")
-            completion_messages = _messages(completion, "completion")
+            prompt_messages = self._checked_messages(prompt, "prompt")
+            completion_messages = self._checked_messages(completion, "completion")
             trained = [len(prompt_messages) + i for i, m in enumerate(completion_messages) if m["role"] == "assistant"]
             if not trained:
                 raise RowError("the completion has no assistant message: add the assistant's answer to train on")
@@ -146,6 +171,30 @@ class RowTokenizer:
         return ids, [0] * len(demo.prompt_ids) + list(demo.completion_mask)
 
     # ------------------------------------------------------------------ chats
+    def _checked_messages(self, value: Any, field: str) -> list[dict[str, Any]]:
+        """:func:`_messages`, with image parts allowed in a vision-language policy's rows."""
+        messages = _messages(value, field, parts=self.vision)
+        if not self.vision and any(isinstance(m["content"], list) for m in messages):
+            raise RowError(f"{field} holds content parts (images?), but the policy is a text-only model")
+        return messages
+
+    def _with_image_paths(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` with relative image paths read from the data file's folder."""
+        if self._image_dir is None:
+            return messages
+        out = []
+        for m in messages:
+            content = m["content"]
+            if isinstance(content, list):
+                content = [
+                    {**part, "image": str(self._image_dir / part["image"])}
+                    if part.get("type") == "image" and isinstance(part.get("image"), str)
+                    and not Path(part["image"]).expanduser().is_absolute() else part
+                    for part in content
+                ]
+            out.append({**m, "content": content})
+        return out
+
     def _chat(self, messages: list[dict[str, Any]], labels: list[str], trained: list[int]) -> Tokens:
         """Piecewise tokens of a conversation whose messages ``trained`` (assistant messages) carry the loss;
         ``labels`` name the messages in errors (``messages[2]``)."""
@@ -163,12 +212,17 @@ class RowTokenizer:
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
             labels = ["system_prompt", *labels]
             trained = [i + 1 for i in trained]
+        if self.vision:  # content as parts (what the processor's template reads), the images loaded, in order
+            try:
+                messages, self._pending = parts_messages(self._with_image_paths(messages), None, "the row")
+            except ImagePromptError as exc:
+                raise RowError(str(exc).removeprefix("the row: ")) from None
         ids: list[int] = []
         mask: list[int] = []
         covered = ""  # the rendered text the tokens so far stand for
         previous = ""  # that text less the last trained message's eos (to tell a missing eos from a rewrite)
         for i in trained:
-            content = messages[i]["content"]
+            content = _text_of(messages[i]["content"], labels[i])
             if not content.strip():
                 raise RowError(f"{labels[i]} is an empty assistant message: give it text, or leave it out")
             before = self._render(messages[:i], labels[i])
@@ -184,7 +238,7 @@ class RowTokenizer:
                     "(it rewrites earlier turns), so no piecewise tokenisation matches a rollout: split the "
                     "conversation into one row per assistant turn"
                 )
-            context = self._encode(before[len(covered):])
+            context = self._encode_context(before[len(covered):])
             if not ids and not context:
                 raise RowError("nothing comes before the first assistant message: give it a prompt")
             answer = self._encode(content)
@@ -195,13 +249,29 @@ class RowTokenizer:
         return ids, mask
 
     def _render(self, messages: list[dict[str, Any]], upto: str) -> str:
+        renderer = processor_of(self.tokenizer)[0] if self.vision else self.tokenizer
         try:
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return renderer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         except Exception as exc:  # noqa: BLE001 - jinja2 and the template's own raise_exception
             raise RowError(f"the chat template cannot render the messages before {upto}: {exc}") from None
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+    def _encode_context(self, text: str) -> list[int]:
+        """An untrained stretch: with a vision-language policy, through the processor with the images whose
+        placeholders it holds (their pixels kept for the row)."""
+        if not self.vision or not text:
+            return self._encode(text)
+        count = text.count(image_placeholder(self.tokenizer))
+        if count > len(self._pending):
+            raise RowError(f"the rendered chat holds {count} image placeholders where {len(self._pending)} image(s) "
+                           "remain: give every image placeholder an image part")
+        images, self._pending = self._pending[:count], self._pending[count:]
+        ids, table = encode_with_images(self.tokenizer, text, images)
+        if table is not None:
+            self._pieces.append(table)
+        return ids
 
 
 def _field(row: dict[str, Any], key: str, expected: str) -> Any:
@@ -211,8 +281,18 @@ def _field(row: dict[str, Any], key: str, expected: str) -> Any:
     return value
 
 
-def _messages(value: Any, field: str) -> list[dict[str, Any]]:
-    """The checked messages of ``field``, without ``None`` entries (keys ``datasets`` added for other rows)."""
+def _text_of(content: str | list, label: str) -> str:
+    """An assistant message's text: its string, or the text of its parts (an answer holds no image)."""
+    if isinstance(content, str):
+        return content
+    if any(p.get("type") != "text" for p in content):
+        raise RowError(f"{label} is an assistant message with an image part: answers are text")
+    return "".join(str(p.get("text", "")) for p in content)
+
+
+def _messages(value: Any, field: str, parts: bool = False) -> list[dict[str, Any]]:
+    """The checked messages of ``field``, without ``None`` entries (keys ``datasets`` added for other rows);
+    ``parts``: a content may also be a list of text and image parts (a vision-language policy's rows)."""
     if not isinstance(value, list) or not value:
         raise RowError(f"{field} must be a non-empty list of {{\"role\", \"content\"}} objects, got {json_kind(value)}")
     out = []
@@ -223,7 +303,9 @@ def _messages(value: Any, field: str) -> list[dict[str, Any]]:
         role, content = message.get("role"), message.get("content")
         if role not in ROLES:
             raise RowError(f"{where} has role {role!r}: the roles are {', '.join(ROLES)}")
-        if not isinstance(content, str):
-            raise RowError(f"{where} ({role}) content must be a string, got {json_kind(content)}")
+        if not isinstance(content, str) and not (parts and isinstance(content, list) and all(
+                isinstance(p, dict) and p.get("type") in ("text", "image") for p in content)):
+            expected = "a string or a list of text and image parts" if parts else "a string"
+            raise RowError(f"{where} ({role}) content must be {expected}, got {json_kind(content)}")
         out.append({key: v for key, v in message.items() if v is not None})
     return out

@@ -14,7 +14,9 @@ from grove.optional_packages import PILLOW, require
 from grove.vision.image_table import ImageTable
 from grove.vision.processors import processor_of
 
-__all__ = ["ImagePromptError", "encode_image_prompts", "has_images"]
+__all__ = [
+    "ImagePromptError", "encode_image_prompts", "encode_with_images", "has_images", "image_placeholder", "parts_messages",
+]
 
 
 class ImagePromptError(ValueError):
@@ -65,7 +67,7 @@ def _load_image(part: Mapping[str, Any], where: str):
     return image.convert("RGB")
 
 
-def _parts_messages(prompt: str | Sequence[Mapping[str, Any]], system_prompt: str | None, where: str):
+def parts_messages(prompt: str | Sequence[Mapping[str, Any]], system_prompt: str | None, where: str):
     """Chat messages with list-of-parts content (what vision-language chat templates iterate over), image parts
     reduced to ``{"type": "image"}``, and the prompt's images in order."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
@@ -95,6 +97,23 @@ def _parts_messages(prompt: str | Sequence[Mapping[str, Any]], system_prompt: st
     return messages, images
 
 
+def encode_with_images(tokenizer: Any, text: str, images: Sequence[Any]) -> tuple[list[int], ImageTable | None]:
+    """Ids of already rendered ``text`` whose image placeholders stand for ``images`` (loaded PIL images, in order),
+    and their pixels (one owner; ``None`` without images): a stretch of a conversation tokenised on its own."""
+    processor, family = processor_of(tokenizer)
+    if not images:
+        return list(processor(text=[text], return_tensors="pt", add_special_tokens=False)["input_ids"][0].tolist()), None
+    pixels = [list(images)] if family.nested_images else list(images)
+    out = processor(text=[text], images=pixels, return_tensors="pt", add_special_tokens=False)
+    return out["input_ids"][0].tolist(), family.table_of(out, len(images))
+
+
+def image_placeholder(tokenizer: Any) -> str:
+    """The text a vision-language policy's chat template writes for an image (its processor's ``image_token``)."""
+    processor, _ = processor_of(tokenizer)
+    return str(getattr(processor, "image_token", "<image>"))
+
+
 def encode_image_prompts(
     tokenizer: Any,
     prompts: Sequence[str | Sequence[Mapping[str, Any]]],
@@ -118,7 +137,7 @@ def encode_image_prompts(
     ids: list[list[int]] = []
     tables: list[ImageTable | None] = []
     for i, prompt in enumerate(prompts):
-        messages, images = _parts_messages(prompt, system_prompt, describe(i))
+        messages, images = parts_messages(prompt, system_prompt, describe(i))
         text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         # the template wrote the special tokens already (as transformers' own apply_chat_template(tokenize=True))
         if images:

@@ -101,6 +101,12 @@ class ImageTable:
             offset,
         )
 
+    @classmethod
+    def joined(cls, tables: Sequence[ImageTable]) -> ImageTable:
+        """The images of several one-owner tables (pieces of one sample, in order) as one owner's."""
+        table = cls.of_owners(list(tables))
+        return cls(table.row_tensors, table.image_tensors, torch.zeros_like(table.owner), table.rows, 1)
+
     def select(self, indices: Tensor | Sequence[int]) -> ImageTable:
         """The images of the owners ``indices`` (in that order, repeats allowed: one prompt's images copied to each of
         its completions), the ``k``-th selected owner becoming owner ``k``."""
