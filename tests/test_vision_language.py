@@ -349,3 +349,20 @@ def test_sft_on_image_conversations_lowers_the_held_out_loss_and_encodes_prompts
     }, kind="sft")
     evals = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
     assert evals[-1]["held_out_loss"] < evals[0]["held_out_loss"]
+
+
+def test_a_lora_policy_on_image_prompts_keeps_ratio_one_and_its_reference(tmp_path) -> None:
+    """LoRA adapters on a vision-language model: the reference (adapters off) and the policy both read the pixels."""
+    from grove.api import train
+
+    model = create_tiny_vision_model_dir(tmp_path / "model", family="llava")
+    run = tmp_path / "run"
+    train({"model": {"name": str(model), "lora": {"r": 4}}, "threads": 1, "output_dir": str(run),
+           "task": {"id": "jsonl", "train_path": str(_data(tmp_path)), "image_column": "image", "eval_fraction": 0.25},
+           "rewards": [{"id": "vision_rewards:e_share"}], "rollout": {"max_new_tokens": 6},
+           "algorithm": {"kl": {"coef": 0.05}},
+           "train": {"steps": 2, "prompts_per_step": 2, "completions_per_prompt": 3},
+           "eval": {"every": 0}, "checkpoint": {"every": 0}, "logging": {"progress": False}})
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-7) and rows[1]["kl"] > 0  # the adapters moved the policy
+    assert all(r["ratio"] == pytest.approx(1.0, abs=1e-5) and r["trained_tokens"] > 0 for r in rows)
