@@ -366,3 +366,57 @@ def test_a_lora_policy_on_image_prompts_keeps_ratio_one_and_its_reference(tmp_pa
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-7) and rows[1]["kl"] > 0  # the adapters moved the policy
     assert all(r["ratio"] == pytest.approx(1.0, abs=1e-5) and r["trained_tokens"] > 0 for r in rows)
+
+
+def test_a_composed_model_reads_text_as_its_text_model_did_and_trains_on_pictures(tmp_path) -> None:
+    """``grove compose-vlm``: the composed model's logits on a text prompt equal the text model's; an image prompt
+    expands into one token per patch; its processor and template round-trip through load_policy."""
+    from typer.testing import CliRunner
+
+    from grove.cli import app
+    from grove.models.tiny import create_tiny_model_dir
+
+    text_dir = create_tiny_model_dir(tmp_path / "text", seed=3)
+    out = tmp_path / "composed"
+    done = CliRunner().invoke(app, ["compose-vlm", str(out), "--text", str(text_dir), "--image-size", "16",
+                                    "--patch-size", "4", "--vision-hidden", "16", "--vision-heads", "2"])
+    assert done.exit_code == 0, done.output
+    text, text_tokenizer = load_policy(text_dir)
+    model, tokenizer = load_policy(out)
+    prompt = encode_prompt_batch(text_tokenizer, ["What is 2 + 3?"]).ids[0]
+    assert encode_prompt_batch(tokenizer, ["What is 2 + 3?"]).ids[0] == prompt
+    with torch.no_grad():
+        expected = text(torch.tensor([prompt])).logits
+        got = model(torch.tensor([prompt])).logits[..., : expected.shape[-1]]
+    assert torch.equal(got, expected)
+    encoded = encode_prompt_batch(tokenizer, [_ask(_image(0))])
+    assert encoded.ids[0].count(model.config.image_token_index) == (16 // 4) ** 2
+    again = CliRunner().invoke(app, ["compose-vlm", str(out), "--text", str(text_dir)])
+    assert again.exit_code == 2 and "is not an empty directory" in again.output
+
+
+def test_the_shapes_task_answers_what_its_pictures_show() -> None:
+    from grove.tasks.task import build_task
+    from grove.wings.shapes.shape_pictures import COLOURS
+
+    task = build_task("shapes", {"questions": ["colour", "shape", "both", "count"], "train_size": 60, "eval_size": 10})
+    kinds = {e.columns["question_kind"] for e in task.train}
+    assert kinds == {"colour", "shape", "both", "count"}
+    for example in task.train:
+        pixels = example.prompt[0]["content"][0]["image"]
+        if example.columns["question_kind"] == "colour":  # the colour at the centre of the only shape
+            ys, xs = np.nonzero((np.abs(pixels.astype(int) - COLOURS[example.answer]).sum(-1) < 10))
+            assert len(ys) > 0
+    train_pixels = {e.prompt[0]["content"][0]["image"].tobytes() for e in task.train}
+    assert not any(e.prompt[0]["content"][0]["image"].tobytes() in train_pixels for e in task.eval)
+
+
+@pytest.mark.parametrize(("completion", "gold", "score"), [
+    ("Red.", "red", 1.0), ("It is a red circle", "red circle", 1.0), ("the shape is blue", "blue", 1.0),
+    ("red green blue yellow circle", "red", 0.0), ("circle", "red circle", 0.0), ("3", "3", 1.0), ("", "red", 0.0),
+])
+def test_picture_answer_reads_the_first_words(completion, gold, score) -> None:
+    from grove.registry import REWARD_FUNCTIONS
+
+    entry = REWARD_FUNCTIONS.entry("picture_answer")
+    assert entry.fn(["q"], [completion], params=entry.params(), answer=[gold]) == [score]

@@ -1,4 +1,5 @@
-"""The ``grove`` command line: train, sft, rm, demos, eval, config show, config components, plot, view, export.
+"""The ``grove`` command line: train, sft, rm, demos, eval, config show, config components, plot, view, export,
+compose-vlm.
 
 Each command's body lives in a module of its own here (``grove view``'s in :mod:`grove.view.view_command`); this
 module builds the app from them.
@@ -14,6 +15,7 @@ import typer
 from grove.cli.components_command import components
 from grove.cli.config_show import config_show
 from grove.cli.eval_command import eval_
+from grove.cli.model_commands import compose_vlm
 from grove.cli.run_files_commands import demos, export, plot
 from grove.cli.training_commands import rm, sft, train
 from grove.view.view_command import view as view_run
@@ -33,6 +35,7 @@ config_app.command("components")(components)
 app.command()(plot)
 app.command("view")(view_run)
 app.command()(export)
+app.command("compose-vlm")(compose_vlm)
 
 
 def main() -> None:

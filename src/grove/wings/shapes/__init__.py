@@ -1,0 +1,1 @@
+"""Pictures of coloured shapes: a task a small vision-language model learns on a CPU (``grove[vision]``)."""

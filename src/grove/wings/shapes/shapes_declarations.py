@@ -1,0 +1,16 @@
+"""The shapes application as the registries know it before a config uses it: ids and documentation, no import."""
+
+from grove.registry import REWARD_FUNCTIONS
+from grove.tasks.task import TASKS
+
+EXTRA = "vision"
+
+TASKS.declare(
+    "shapes", module="grove.wings.shapes.shapes_task", extra=EXTRA, needs=("PIL",),
+    summary="Questions about generated pictures of coloured shapes (colour, shape, both, count), for vision-language "
+    "policies",
+)
+REWARD_FUNCTIONS.declare(
+    "picture_answer", module="grove.wings.shapes.shapes_task", extra=EXTRA, needs=("PIL",),
+    summary="1 when the completion's first words, normalised, are the gold answer (a short answer about a picture)",
+)
