@@ -38,7 +38,10 @@ ALLOWED = {
     "envs": {"knowledge", "registry", "user_code"},
     "sft": {"batch", "config", "rollout", "vision"},
     "rm": {"batch", "config", "distributed", "evaluation", "infra", "pipeline", "rewards", "sft"},
-    "demos": {"atomic_files", "config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code"},
+    "demos": {
+        "atomic_files", "config", "envs", "experience", "registry", "rewards", "rollout", "sft", "tasks", "user_code",
+        "vision",
+    },
     "view": {"infra"},
     "resolve": {
         "builtin_components", "config", "core", "envs", "experience", "infra", "models", "pipeline", "registry",

@@ -420,3 +420,29 @@ def test_picture_answer_reads_the_first_words(completion, gold, score) -> None:
 
     entry = REWARD_FUNCTIONS.entry("picture_answer")
     assert entry.fn(["q"], [completion], params=entry.params(), answer=[gold]) == [score]
+
+
+def test_demos_of_an_image_task_write_messages_rows_and_pngs_that_sft_reads(tmp_path) -> None:
+    """``grove demos`` on the shapes task: one ``messages`` row per example, its picture a PNG beside the file; the
+    rows load as SFT examples whose prompt is the rollout's encoding of the same prompt."""
+    from grove.config import GroveConfig
+    from grove.demos.writer import write_demonstrations
+    from grove.sft.data import load_sft_examples
+    from grove.tasks.task import build_task
+
+    model_dir = create_tiny_vision_model_dir(tmp_path / "model", family="llava", image_size=32)
+    _, tokenizer = load_policy(model_dir)
+    cfg = GroveConfig.model_validate({"model": {"name": str(model_dir)}, "task": {
+        "id": "shapes", "train_size": 6, "eval_size": 2}, "rewards": [{"id": "picture_answer"}]})
+    out = tmp_path / "demos.jsonl"
+    summary = write_demonstrations(cfg, tokenizer, out, episodes=4)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 4 and summary.rows == 4
+    picture = rows[0]["messages"][0]["content"][0]["image"]
+    assert picture.startswith("demos_images/") and (tmp_path / picture).is_file()
+    examples = load_sft_examples(out, tokenizer, max_length=512)
+    task = build_task(cfg.task)
+    index = rows[0]["task_id"]
+    prompt = encode_prompt_batch(tokenizer, [task.train[index].prompt])
+    assert examples[0].input_ids[: len(prompt.ids[0])] == prompt.ids[0]
+    assert tokenizer.decode(examples[0].input_ids[len(prompt.ids[0]):]).startswith(task.train[index].answer)

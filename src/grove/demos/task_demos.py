@@ -11,10 +11,12 @@ then :func:`grove.rollout.engine.fit_prompts` with ``rollout.prompt_overflow``);
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from grove.config import GroveConfig
 from grove.demos.demo_progress import DemoProgress
+from grove.demos.picture_rows import picture_row
 from grove.demos.rows import action_ids, demonstration_row
 from grove.demos.summary import DemoCounts
 from grove.demos.task_answers import NoGoldCompletionError, gold_completions
@@ -23,6 +25,7 @@ from grove.experience.task_sampler import TaskSampler
 from grove.rollout.engine import context_length, encode_prompts, fit_prompts, prompt_preview
 from grove.sft.demonstration_format import tokenizer_fingerprint
 from grove.tasks.task import build_task, require_examples
+from grove.vision.image_prompts import has_images
 
 __all__ = ["TaskDemonstrations"]
 
@@ -57,10 +60,13 @@ class TaskDemonstrations:
         return fitted[0]
 
     def rows(
-        self, counts: DemoCounts, *, episodes: int, seed: int, progress: DemoProgress | None = None
+        self, counts: DemoCounts, *, episodes: int, seed: int, progress: DemoProgress | None = None,
+        image_dir: Path | None = None,
     ) -> Iterator[dict[str, Any]]:
         """The rows of ``episodes`` training examples; ``counts`` is updated as they are made and ``progress``
-        told."""
+        told. An example whose prompt holds images becomes a ``messages`` row (the prompt, then the gold completion
+        as the assistant's message) with its images saved as PNG files in ``image_dir`` (named relative to the
+        demonstration file's folder, which ``grove sft`` reads them from): token ids cannot carry pixels."""
         for number, index in enumerate(TaskSampler(len(self.task.train), seed).next(episodes)):
             example = self.task.train[index]
             text = self.completion(example)
@@ -70,11 +76,17 @@ class TaskDemonstrations:
                     f"({prompt_preview(example.prompt)}) is {text!r}; it must be a non-empty string"
                 )
             ids = action_ids(self.tokenizer, text)
-            sample = SampleTokens(prompt_ids=self.prompt_ids(index))
-            sample.append(ids, None, 0)
-            row = demonstration_row(
-                sample, self.tokenizer, self.fingerprint, source=self.name, task_id=index, episode=number, won=True
-            )
+            if has_images(example.prompt):
+                if image_dir is None:
+                    raise ValueError(f"task {self.name!r} has images: give the folder to save them in (image_dir)")
+                row = picture_row(example.prompt, text, image_dir, f"{number:06d}",
+                                  source=self.name, task_id=index, episode=number)
+            else:
+                sample = SampleTokens(prompt_ids=self.prompt_ids(index))
+                sample.append(ids, None, 0)
+                row = demonstration_row(
+                    sample, self.tokenizer, self.fingerprint, source=self.name, task_id=index, episode=number, won=True
+                )
             counts.episodes += 1
             counts.won += 1
             counts.kept_episodes += 1

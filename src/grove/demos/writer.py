@@ -60,7 +60,8 @@ def write_demonstrations(
       probability ``noise``, a random other admissible action; ``keep="won"`` writes only the won episodes,
       ``"all"`` every one that took a turn. The environment's calls run with the rollout's limits
       (``env.step_timeout_s``, ``env.max_turns``);
-    * a single-turn task: gold completions of ``episodes`` training examples (``noise`` must be 0);
+    * a single-turn task: gold completions of ``episodes`` training examples (``noise`` must be 0); prompts with
+      images are written as ``messages`` rows, their images as PNG files in ``<out's stem>_images/`` beside ``out``;
     * ``tokenizer``: the policy's (the ids and the file's fingerprint are its); ``seed``: the order of tasks or
       examples, the environment seeds and the noise; ``model_context``: the model's context length in tokens (the
       rollout's prompt budget; default: the tokenizer's ``model_max_length`` when known);
@@ -93,7 +94,8 @@ def write_demonstrations(
             source = demos.name
         else:
             task_demos = TaskDemonstrations(cfg, tokenizer, model_context=model_context)
-            rows = task_demos.rows(counts, episodes=episodes, seed=seed, progress=ticks)
+            rows = task_demos.rows(counts, episodes=episodes, seed=seed, progress=ticks,
+                                   image_dir=out.parent / f"{out.stem}_images")
             source = task_demos.name
         write_jsonl_atomic(out, rows)
     except KeyboardInterrupt as exc:

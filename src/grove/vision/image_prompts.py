@@ -15,7 +15,8 @@ from grove.vision.image_table import ImageTable
 from grove.vision.processors import processor_of
 
 __all__ = [
-    "ImagePromptError", "encode_image_prompts", "encode_with_images", "has_images", "image_placeholder", "parts_messages",
+    "ImagePromptError", "encode_image_prompts", "encode_with_images", "has_images", "image_placeholder", "load_image",
+    "parts_messages",
 ]
 
 
@@ -38,7 +39,7 @@ def has_images(prompt: Any) -> bool:
     )
 
 
-def _load_image(part: Mapping[str, Any], where: str):
+def load_image(part: Mapping[str, Any], where: str):
     """A PIL image from an image part: ``image`` (a path, a PIL image, an ``[H, W]`` / ``[H, W, C]`` array or nested
     list of 0-255 or 0-1 values) or ``path``."""
     require(PILLOW, "a prompt with images")
@@ -84,7 +85,7 @@ def parts_messages(prompt: str | Sequence[Mapping[str, Any]], system_prompt: str
         parts = []
         for part in content:
             if _is_image_part(part):
-                images.append(_load_image(part, where))
+                images.append(load_image(part, where))
                 parts.append({"type": "image"})
             elif isinstance(part, Mapping) and part.get("type") == "text":
                 parts.append({"type": "text", "text": str(part.get("text", ""))})

@@ -10,12 +10,15 @@ kinds of question (``questions``, drawn uniformly per example):
 * ``count``: "How many shapes are in the picture?" (one to three) → ``2``.
 
 The train and eval splits are drawn from independent seeds (``seed`` and ``seed + 1``), so no picture is in both.
+``grove demos`` writes an example's answer as its gold completion (with the picture as a PNG file), the data
+``grove sft`` warm-starts a vision-language policy from.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -67,10 +70,18 @@ def _examples(params: ShapesParams, count: int, seed: int) -> list[Example]:
     return out
 
 
+@dataclass(frozen=True)
+class ShapesTask(TaskSplits):
+    """The two splits, and the gold completion ``grove demos`` writes for an example: its answer."""
+
+    def demonstration(self, example: Example) -> str:
+        return example.answer
+
+
 @TASKS.register("shapes", params=ShapesParams, summary="Questions about generated pictures of coloured shapes")
 def shapes_task(params: ShapesParams) -> Task:
     """The ``shapes`` task (see the module docstring)."""
-    return TaskSplits("shapes", tuple(_examples(params, params.train_size, params.seed)),
+    return ShapesTask("shapes", tuple(_examples(params, params.train_size, params.seed)),
                       tuple(_examples(params, params.eval_size, params.seed + 1)))
 
 
