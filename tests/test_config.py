@@ -172,6 +172,12 @@ def test_agent_examples_load(name):
     assert cfg.source_id == "environment" and cfg.algorithm.advantage.id == "gigpo"
 
 
+@pytest.mark.parametrize("name", ["shapes_vlm_sft", "shapes_vlm_grpo"])
+def test_vision_language_examples_load(name):
+    cfg = load_config(f"examples/{name}.yaml")
+    assert cfg.task.id == "shapes" and cfg.rewards[0].id == "picture_answer"
+
+
 def test_a_gated_combination_naming_no_objective_is_refused_when_the_config_loads():
     settings = ['rewards=[{id: answer_match}, {id: answer_format}]',
                 'algorithm.reward_combination={id: gated, constraints: [answer_match], objectives: [tone]}']

@@ -446,3 +446,36 @@ def test_demos_of_an_image_task_write_messages_rows_and_pngs_that_sft_reads(tmp_
     prompt = encode_prompt_batch(tokenizer, [task.train[index].prompt])
     assert examples[0].input_ids[: len(prompt.ids[0])] == prompt.ids[0]
     assert tokenizer.decode(examples[0].input_ids[len(prompt.ids[0]):]).startswith(task.train[index].answer)
+
+
+def test_the_shapes_recipe_runs_end_to_end_on_a_tiny_composed_model(tmp_path, monkeypatch) -> None:
+    """examples/shapes_vlm_sft.yaml and shapes_vlm_grpo.yaml, as their headers run them, on a model composed from a
+    tiny text model: compose-vlm, demos, sft, then GRPO from the warm start with held-out evaluations."""
+    from typer.testing import CliRunner
+
+    from grove.cli import app
+    from grove.models.tiny import create_tiny_model_dir
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    text = create_tiny_model_dir(tmp_path / "text")
+
+    def ok(args):
+        done = runner.invoke(app, args)
+        assert done.exit_code == 0, done.output
+        return done
+
+    ok(["compose-vlm", "runs/shapes-vlm/base", "--text", str(text), "--vision-hidden", "16", "--vision-heads", "2"])
+    small = ["--set", "task.train_size=40", "--set", "task.eval_size=6", "--set", "threads=1",
+             "--set", "logging.progress=false"]
+    sft = str(root / "examples/shapes_vlm_sft.yaml")
+    ok(["demos", sft, "--episodes", "24", "--out", "runs/shapes-vlm-demos.jsonl", *small])
+    ok(["sft", sft, *small, "--set", "sft.batch_size=8", "--set", "train.micro_batch_size=8",
+        "--set", "eval.max_examples=6", "--set", "eval.samples=2"])
+    assert (tmp_path / "runs/shapes-vlm-sft/model/processor_config.json").is_file()
+    ok(["train", str(root / "examples/shapes_vlm_grpo.yaml"), *small, "--set", "train.steps=2",
+        "--set", "train.prompts_per_step=2", "--set", "train.completions_per_prompt=3",
+        "--set", "eval.every=2", "--set", "eval.max_examples=6", "--set", "eval.samples=2"])
+    evals = [json.loads(x) for x in (tmp_path / "runs/shapes-vlm-grpo/eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [0, 2] and all("sampled/accuracy" in e for e in evals)
