@@ -362,10 +362,16 @@ def test_a_lora_policy_on_image_prompts_keeps_ratio_one_and_its_reference(tmp_pa
            "rewards": [{"id": "vision_rewards:e_share"}], "rollout": {"max_new_tokens": 6},
            "algorithm": {"kl": {"coef": 0.05}},
            "train": {"steps": 2, "prompts_per_step": 2, "completions_per_prompt": 3},
-           "eval": {"every": 0}, "checkpoint": {"every": 0}, "logging": {"progress": False}})
+           "eval": {"every": 0}, "checkpoint": {"every": 2}, "logging": {"progress": False}})
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-7) and rows[1]["kl"] > 0  # the adapters moved the policy
     assert all(r["ratio"] == pytest.approx(1.0, abs=1e-5) and r["trained_tokens"] > 0 for r in rows)
+    # grove export merges the adapters into a plain vision-language model directory, processor included
+    from grove.models.merged_export import export_merged
+
+    merged = export_merged(run / "checkpoints" / "step-000002", tmp_path / "merged")
+    model, tokenizer = load_policy(merged)
+    assert processor_of(tokenizer) is not None and type(model).__name__ == "LlavaForConditionalGeneration"
 
 
 def test_a_composed_model_reads_text_as_its_text_model_did_and_trains_on_pictures(tmp_path) -> None:

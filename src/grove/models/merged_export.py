@@ -32,7 +32,6 @@ from grove.models.model_files import (
     work_offline,
 )
 from grove.models.pretrained import load_merged_adapter, load_tokenizer, model_class_of
-from grove.vision.families import is_vision_language
 from grove.vision.processors import save_tokenizer_files
 
 __all__ = ["export_merged"]
@@ -129,7 +128,7 @@ def export_merged(
     if config_updates:
         model.config.update(config_updates)
     with reading_model_files(tokenizer_dir, "the tokenizer"):
-        tokenizer = load_tokenizer(tokenizer_dir, vision=is_vision_language(model.config))  # a VLM: its processor too
+        tokenizer = load_tokenizer(tokenizer_dir, model.config)  # a vision-language model: its processor too
 
     with reporting_write_failures(out_dir, "the exported model", retry_hint):
         _write_model(model, tokenizer, out_dir)

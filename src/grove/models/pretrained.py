@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -244,15 +245,17 @@ def _check_config_json(path: Path) -> None:
         )
 
 
-def load_tokenizer(path: Path, vision: bool) -> PreTrainedTokenizerBase:
-    """The tokenizer of a model directory; for a vision-language model its processor's, with the processor attached
+def load_tokenizer(path: Path, model_config: Any = None) -> PreTrainedTokenizerBase:
+    """The tokenizer in ``path`` of the model whose config is ``model_config`` (a config or its ``config.json`` as a
+    dict; ``None``: a text model); for a vision-language model its processor's, with the processor attached
     (:func:`grove.vision.processors.processor_of`)."""
+    vision = model_config is not None and is_vision_language(model_config)
     try:
         if not vision:
             return AutoTokenizer.from_pretrained(path, local_files_only=True)
-        from transformers import AutoConfig, AutoProcessor
+        from transformers import AutoProcessor
 
-        family = family_of(AutoConfig.from_pretrained(path, local_files_only=True))
+        family = family_of(model_config)
         processor = AutoProcessor.from_pretrained(path, local_files_only=True)
     except NotImplementedError as exc:
         raise ModelLoadError(f"{path}: {exc}") from None
@@ -266,13 +269,18 @@ def load_tokenizer(path: Path, vision: bool) -> PreTrainedTokenizerBase:
     return processor.tokenizer
 
 
-def model_class_of(path: Path) -> type:
-    """``AutoModelForImageTextToText`` for a vision-language model directory, else ``AutoModelForCausalLM``."""
+def _config_json(path: Path) -> dict[str, Any] | None:
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return AutoModelForCausalLM
-    if isinstance(config, dict) and is_vision_language(config):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def model_class_of(path: Path) -> type:
+    """``AutoModelForImageTextToText`` for a vision-language model directory, else ``AutoModelForCausalLM``."""
+    config = _config_json(path)
+    if config is not None and is_vision_language(config):
         from transformers import AutoModelForImageTextToText
 
         return AutoModelForImageTextToText
@@ -283,7 +291,7 @@ def _load_from_directory(path: Path, dtype: torch.dtype) -> tuple[PreTrainedMode
     """The tokenizer and model of a local model directory; what goes wrong is a :class:`ModelLoadError`."""
     _check_config_json(path)
     model_class = model_class_of(path)
-    tokenizer = load_tokenizer(path, vision=model_class is not AutoModelForCausalLM)
+    tokenizer = load_tokenizer(path, _config_json(path))
     try:
         model = model_class.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (*_LOAD_ERRORS, RuntimeError) as exc:
@@ -353,7 +361,7 @@ def load_policy(
             model = model.to(dtype)
             has_tokenizer = (adapter_dir / "tokenizer_config.json").is_file()
             tokenizer_dir = adapter_dir if has_tokenizer else base_dir
-            tokenizer = load_tokenizer(tokenizer_dir, vision=is_vision_language(model.config))
+            tokenizer = load_tokenizer(tokenizer_dir, model.config)
         except ModelLoadError:
             raise
         except _LOAD_ERRORS as exc:
