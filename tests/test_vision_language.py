@@ -485,3 +485,38 @@ def test_the_shapes_recipe_runs_end_to_end_on_a_tiny_composed_model(tmp_path, mo
         "--set", "eval.every=2", "--set", "eval.max_examples=6", "--set", "eval.samples=2"])
     evals = [json.loads(x) for x in (tmp_path / "runs/shapes-vlm-grpo/eval.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evals] == [0, 2] and all("sampled/accuracy" in e for e in evals)
+
+
+def test_the_image_route_of_knowledge_base_routing(tmp_path) -> None:
+    """The emblems picture knowledge base: its captions never say what the emblem shows; an ``emblem_colour``
+    question routes to it, a search shows the picture (Observation.images) and counts as a retrieval hit through
+    what the picture shows; a vision-language policy trains on such episodes with ratio 1."""
+    from grove.api import train
+    from grove.knowledge import build_knowledge_base
+    from grove.registry import ENVIRONMENTS
+
+    kb = build_knowledge_base("emblems")
+    house, passage = kb.facts()[7]
+    colour = passage.image_facts.split()[1]
+    assert colour not in passage.text.lower() and kb.search(f"the emblem of {house}", 3)[0] is passage
+    env_params = {"knowledge_bases": {"pictures": {"id": "emblems"}},  # the questions are built on its defaults
+                  "questions": {"categories": ["emblem_colour"], "per_category": 30, "min_category_size": 5,
+                                "cache_dir": str(tmp_path / "cache")},
+                  "quiz_eval": False}
+    suite = ENVIRONMENTS.entry("kb_routing").fn(ENVIRONMENTS.entry("kb_routing").params.model_validate(env_params))
+    env = suite.make()
+    first = env.reset(suite.train_tasks[0], 0)
+    assert first.text.startswith("Question: What colour is the shape on the emblem of House") and not first.images
+    query = env.oracle_action()
+    assert 'kb="pictures"' in query
+    found = env.step(query)
+    assert len(found.observation.images) >= 1 and found.info["hit"] and found.info["routing_correct"]
+    model = create_tiny_vision_model_dir(tmp_path / "model", family="llava", context_length=2048)
+    run = tmp_path / "run"
+    train({"model": {"name": str(model)}, "threads": 1, "output_dir": str(run),
+           "env": {"id": "kb_routing", "params": env_params, "max_turns": 2, "prompt": "conversation"},
+           "algorithm": {"advantage": {"id": "step_grpo"}}, "rollout": {"max_new_tokens": 6, "engine": "transformers"},
+           "train": {"steps": 2, "prompts_per_step": 2, "completions_per_prompt": 2},
+           "eval": {"every": 0}, "checkpoint": {"every": 0}, "logging": {"progress": False}})
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["logprob_mismatch_max"] < 1e-4 for r in rows)

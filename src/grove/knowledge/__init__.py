@@ -10,7 +10,7 @@ they are declared to the registry and imported when a config uses them. Details,
 """
 
 from grove.knowledge.knowledge_base_builds import build_knowledge_base, clear_knowledge_base_memo
-from grove.knowledge.passages import KnowledgeBase, Passage
+from grove.knowledge.passages import KnowledgeBase, Passage, passage_evidence
 from grove.knowledge.text_match import contains_answer, exact_match, normalize_answer, token_f1, token_recall
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "contains_answer",
     "exact_match",
     "normalize_answer",
+    "passage_evidence",
     "token_f1",
     "token_recall",
 ]

@@ -67,6 +67,7 @@ def create_tiny_vision_model_dir(
     num_layers: int = 2,
     image_size: int = 32,
     patch_size: int = 8,
+    context_length: int = 512,
 ) -> Path:
     """Write a randomly initialised vision-language model of ``family`` (:data:`TINY_VISION_FAMILIES`) and its
     processor to ``path`` and return it; loadable with :func:`grove.models.pretrained.load_policy`."""
@@ -78,11 +79,12 @@ def create_tiny_vision_model_dir(
     extra = ("<image>",) + (_IDEFICS3_TOKENS if family == "idefics3" else ())
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", *extra]})
     tokenizer.chat_template = PARTS_CHATML_TEMPLATE
+    tokenizer.model_max_length = context_length
     image_token = tokenizer.convert_tokens_to_ids("<image>")
     text = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, head_dim=hidden_size // 4,
-        max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=None,
+        max_position_embeddings=context_length, tie_word_embeddings=True, bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, rms_norm_eps=1e-6,
     )
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,

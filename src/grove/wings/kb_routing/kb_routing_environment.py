@@ -2,7 +2,8 @@
 
 Each reply of the model is one step: ``<think>…</think>`` then either ``<query kb="NAME">search terms</query>``
 (the environment searches knowledge base NAME and shows the top ``top_k`` passages, truncated to
-``passage_token_budget`` tokens of the policy's tokenizer) or ``<answer>…</answer>`` (the episode ends).
+``passage_token_budget`` tokens of the policy's tokenizer, and the pictures of a picture knowledge base's passages
+to a vision-language policy) or ``<answer>…</answer>`` (the episode ends).
 The rollout caps the number of steps (``env.max_turns``). A reply with neither tag, an empty one, or an
 unknown knowledge base is an invalid action: the state does not change, the step is charged
 ``env.invalid_action_penalty`` and the model is told what was wrong.
@@ -50,6 +51,7 @@ from grove.wings.kb_routing.kb_routing_rewards import (
 from grove.wings.kb_routing.quiz_questions import quiz_questions
 from grove.wings.kb_routing.routing_question_types import (
     DEFAULT_KB_IDS,
+    OPTIONAL_KB_IDS,
     GoldStep,
     RoutingQuestion,
     RoutingQuestionParams,
@@ -192,9 +194,9 @@ class KbRoutingEnv:
         self.task_id = -1
 
     # ------------------------------------------------------------------ observations
-    def _observation(self, text: str) -> Observation:
+    def _observation(self, text: str, images: tuple = ()) -> Observation:
         anchor = (self.task_id, tuple(self.searches))
-        return Observation(text=text, anchor=anchor)
+        return Observation(text=text, anchor=anchor, images=images)
 
     def reset(self, task_id: int, seed: int) -> Observation:
         self.task_id = task_id
@@ -232,8 +234,11 @@ class KbRoutingEnv:
         passages = self.shared.kbs[kb].search(terms, p.top_k)
         lines = [f"[{i}] {ps.text}" for i, ps in enumerate(passages, start=1)]  # passages name their own subject
         shown = self.shared.truncate("\n".join(lines)) if lines else "(no results)"
+        images = tuple(image for ps in passages for image in ps.images)  # a picture KB's: before the text
+        # a hit: the answer in the text shown, or in what a shown picture shows (its image_facts, never shown)
+        evidence = " ".join([shown, *(ps.image_facts for ps in passages if ps.image_facts)])
         open_hops = [i for i, done in enumerate(self.covered) if not done]
-        hits = [i for i in open_hops if passages_hit(shown, q.steps[i].answers)]
+        hits = [i for i in open_hops if passages_hit(evidence, q.steps[i].answers)]
         for i in hits:
             self.covered[i] = True
         parts = {
@@ -255,7 +260,7 @@ class KbRoutingEnv:
             "reward_parts": parts,
         }
         text = f'Results from {kb} for "{terms}":\n{shown}'
-        return Transition(self._observation(text), float(reward), False, info)
+        return Transition(self._observation(text, images), float(reward), False, info)
 
     def _answer(self, text: str, fmt: float) -> Transition:
         p, q, w = self.shared.params, self.question, self.shared.weights
@@ -306,10 +311,11 @@ class KbRoutingEnv:
 
     def _kb_name(self, role: str) -> str | None:
         """The name this environment gives the knowledge base of a gold role: the role itself, else the name
-        configured with the role's default registry id (``DEFAULT_KB_IDS``); ``None`` when there is none."""
+        configured with the role's default registry id (``DEFAULT_KB_IDS``, ``OPTIONAL_KB_IDS``); ``None`` when there
+        is none."""
         if role in self.shared.kbs:
             return role
-        kb_id = DEFAULT_KB_IDS.get(role)
+        kb_id = {**DEFAULT_KB_IDS, **OPTIONAL_KB_IDS}.get(role)
         specs = self.shared.params.knowledge_bases
         return next((name for name, spec in specs.items() if spec["id"] == kb_id and name in self.shared.kbs), None)
 

@@ -14,7 +14,12 @@ from typing import Any
 from grove.knowledge.knowledge_base_builds import build_knowledge_base
 from grove.knowledge.text_match import contains_answer, normalize_answer
 from grove.wings.kb_routing.keyed_search import KeyedBm25KnowledgeBase
-from grove.wings.kb_routing.routing_question_types import DEFAULT_KB_IDS, GoldStep, RoutingQuestionParams
+from grove.wings.kb_routing.routing_question_types import (
+    DEFAULT_KB_IDS,
+    OPTIONAL_KB_IDS,
+    GoldStep,
+    RoutingQuestionParams,
+)
 from grove.wings.kb_routing.wiki_text import WikipediaTextKnowledgeBase
 
 __all__ = ["GENERATORS", "Candidate", "RoleKnowledgeBases"]
@@ -66,7 +71,8 @@ class RoleKnowledgeBases:
 
     def __getitem__(self, role: str) -> Any:
         if role not in self._built:
-            self._built[role] = build_knowledge_base(DEFAULT_KB_IDS[role], {"cache_dir": self.cache_dir})
+            kb_id = {**DEFAULT_KB_IDS, **OPTIONAL_KB_IDS}[role]
+            self._built[role] = build_knowledge_base(kb_id, {"cache_dir": self.cache_dir})
         return self._built[role]
 
 
@@ -285,6 +291,21 @@ def _arithmetic(kbs: RoleKnowledgeBases, params: RoutingQuestionParams) -> Itera
         yield Candidate(expr, f"arithmetic:{a}-{op}-{b}", f"What is {expr}?", (str(value),), (), ())
 
 
+def _emblem_colour(kbs: RoleKnowledgeBases, params: RoutingQuestionParams) -> Iterator[Candidate]:
+    """"What colour is the shape on the emblem of {house}?" (``pictures``: "emblem of {house}"): the caption does
+    not say, the picture does (its ``image_facts`` hold the answer, for the answerability check only)."""
+    for house, passage in kbs["pictures"].facts():
+        colour = passage.image_facts.split()[1]
+        yield Candidate(
+            entity=house,
+            qid=f"emblem_colour:{house}",
+            question=f"What colour is the shape on the emblem of {house}?",
+            answers=(colour,),
+            steps=(GoldStep("pictures", f"emblem of {house}", (colour,)),),
+            gold_docs=(passage.doc_id,),
+        )
+
+
 GENERATORS: dict[str, Callable[[RoleKnowledgeBases, RoutingQuestionParams], Iterator[Candidate]]] = {
     "country_capital": _country_capital,
     "country_population": _country_population,
@@ -295,4 +316,5 @@ GENERATORS: dict[str, Callable[[RoleKnowledgeBases, RoutingQuestionParams], Iter
     "capital_population": _capital_population,
     "wiki_country_capital": _wiki_country_capital,
     "arithmetic": _arithmetic,
+    "emblem_colour": _emblem_colour,
 }

@@ -13,8 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = [
     "CATEGORIES",
+    "DEFAULT_CATEGORIES",
     "DEFAULT_KB_IDS",
     "KB_ROLES",
+    "OPTIONAL_KB_IDS",
     "Category",
     "GoldStep",
     "RoutingQuestion",
@@ -25,6 +27,9 @@ __all__ = [
 
 KB_ROLES = ("text", "tables", "medical")
 DEFAULT_KB_IDS = {"text": "wikipedia_text", "tables": "tables", "medical": "medical_hpo"}
+#: roles a configuration adds on purpose: ``pictures`` (the ``emblems`` picture knowledge base, ``grove[vision]``),
+#: whose questions only a vision-language policy can answer
+OPTIONAL_KB_IDS = {"pictures": "emblems"}
 Category = Literal[
     "country_capital",
     "country_population",
@@ -35,8 +40,11 @@ Category = Literal[
     "capital_population",
     "wiki_country_capital",
     "arithmetic",
+    "emblem_colour",
 ]
 CATEGORIES: tuple[str, ...] = typing.get_args(Category)
+#: the categories built by default: those of the default roles (``emblem_colour`` asks for the ``pictures`` role)
+DEFAULT_CATEGORIES: tuple[str, ...] = tuple(c for c in CATEGORIES if c != "emblem_colour")
 @dataclass(frozen=True)
 class GoldStep:
     """One hop of a gold route: the KB *role* to ask (``"text"``, ``"tables"``, ``"medical"``), the gold
@@ -99,9 +107,10 @@ class RoutingQuestionParams(BaseModel):
     )
     test_fraction: float = Field(0.2, ge=0, lt=1, description="Share of entities (and questions) in test.")
     categories: list[Category] = Field(
-        default_factory=lambda: list(CATEGORIES),
+        default_factory=lambda: list(DEFAULT_CATEGORIES),
         min_length=1,
-        description="Categories to build (kept in the canonical order).",
+        description="Categories to build (kept in the canonical order); emblem_colour (the pictures role) is built "
+        "only when named.",
     )
     min_category_size: int = Field(
         10,

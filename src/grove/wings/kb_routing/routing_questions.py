@@ -33,6 +33,10 @@ Categories (template, gold route):
   (``text``: the description -> ``tables``: "capital of {country}"); Wikipedia articles whose title is a
   country of the tables, description as for ``wiki_description``.
 * ``arithmetic`` (route ``none``): "What is {a} plus/minus/times {b}?", answerable without retrieval.
+* ``emblem_colour`` (built only when named in ``categories``; the ``pictures`` role, the ``emblems`` picture
+  knowledge base, ``grove[vision]``): "What colour is the shape on the emblem of {house}?" (``pictures``: "emblem
+  of {house}"); the caption does not say, only the picture shows it: the image route, for vision-language
+  policies.
 
 Splits are by entity: the entity (country, element, disease, article title, arithmetic expression), normalised
 with :func:`grove.knowledge.text_match.normalize_answer`, is hashed with the seed into [0, 1); below
@@ -62,6 +66,7 @@ from grove.knowledge.knowledge_cache import (
     package_version,
     read_json,
 )
+from grove.knowledge.passages import passage_evidence
 from grove.knowledge.text_match import contains_answer, normalize_answer
 from grove.wings.kb_routing import medical_kb, tables_kb, wiki_text
 from grove.wings.kb_routing.question_categories import GENERATORS, Candidate, RoleKnowledgeBases
@@ -134,11 +139,11 @@ def split_targets(params: RoutingQuestionParams) -> dict[str, int]:
 
 def hop_is_answerable(kb: Any, step: GoldStep, gold_doc: str | None, k: int = ANSWERABILITY_K) -> bool:
     """Whether searching ``step.sub_question`` on ``kb`` returns ``gold_doc`` (when given) in the top ``k``
-    and some top-``k`` passage contains one of ``step.answers``."""
+    and some top-``k`` passage contains one of ``step.answers`` (in its text, or what its pictures show)."""
     results = kb.search(step.sub_question, k)
     if gold_doc is not None and gold_doc not in {p.doc_id for p in results}:
         return False
-    return any(contains_answer(p.text, step.answers) for p in results)
+    return any(contains_answer(passage_evidence(p), step.answers) for p in results)
 
 
 # --------------------------------------------------------------------------------------------
