@@ -25,24 +25,15 @@ from transformers import (
 )
 from transformers.models.idefics3.configuration_idefics3 import Idefics3VisionConfig
 
-from grove.models.tiny import build_tiny_tokenizer
+from grove.models.composed_vision import parts_chat_template
+from grove.models.tiny import CHATML_TEMPLATE, build_tiny_tokenizer
 
 __all__ = ["PARTS_CHATML_TEMPLATE", "TINY_VISION_FAMILIES", "create_tiny_vision_model_dir"]
 
 TINY_VISION_FAMILIES = ("llava", "idefics3")
 
 #: ChatML over content that is a string or a list of text and image parts
-PARTS_CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] == 'image' %}{{ '<image>' }}{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}"
-    "{{ '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+PARTS_CHATML_TEMPLATE = parts_chat_template(CHATML_TEMPLATE)
 
 _IDEFICS3_TOKENS = ("<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
 
