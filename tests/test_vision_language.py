@@ -485,6 +485,8 @@ def test_the_shapes_recipe_runs_end_to_end_on_a_tiny_composed_model(tmp_path, mo
         "--set", "eval.every=2", "--set", "eval.max_examples=6", "--set", "eval.samples=2"])
     evals = [json.loads(x) for x in (tmp_path / "runs/shapes-vlm-grpo/eval.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evals] == [0, 2] and all("sampled/accuracy" in e for e in evals)
+    shown = ok(["config", "show", str(root / "examples/shapes_vlm_grpo.yaml"), *small])  # its memory plan too
+    assert "estimated peak memory (longest prompt" in shown.output
 
 
 def test_the_image_route_of_knowledge_base_routing(tmp_path) -> None:

@@ -93,8 +93,8 @@ def _print_memory_plan(plan: RunPlan, processes: int = 1) -> None:
     from grove.config.derived import generates_from_bf16_copy
     from grove.infra.memory_plan import GiB, ModelDims, RunShape, estimate_peak_bytes, lora_parameter_count
     from grove.models.pretrained import resolve_model_path
-    from grove.rollout.engine import encode_prompts
     from grove.rollout.prepacked_linear import prepacking_supported
+    from grove.rollout.prompt_encoding import encode_prompt_batch
     from grove.tasks.task import build_task
 
     cfg = plan.cfg
@@ -106,10 +106,10 @@ def _print_memory_plan(plan: RunPlan, processes: int = 1) -> None:
         examples = list(build_task(cfg.task, entry=plan.entries.task.entry).train)[:256]
         prompt_tokens = max(
             len(ids)
-            for ids in encode_prompts(
+            for ids in encode_prompt_batch(
                 tokenizer, [e.prompt for e in examples], system_prompt=cfg.rollout.system_prompt,
                 use_chat_template=cfg.rollout.use_chat_template,
-            )
+            ).ids
         )
     t = cfg.train
     dims = ModelDims.from_model_dir(path)
@@ -174,6 +174,9 @@ def _print_memory_plan(plan: RunPlan, processes: int = 1) -> None:
 
 
 def _tokenizer(path: Path):
-    from transformers import AutoTokenizer
+    """The model's tokenizer (a vision-language model's with its processor attached, to count image tokens)."""
+    import json
 
-    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    from grove.models.pretrained import load_tokenizer
+
+    return load_tokenizer(path, json.loads((path / "config.json").read_text(encoding="utf-8")))

@@ -83,7 +83,9 @@ class ModelDims:
 
     @classmethod
     def from_config(cls, config: dict, num_params: int) -> ModelDims:
-        """The dimensions in a transformers config (as a dict: ``config.json``, or ``PretrainedConfig.to_dict()``)."""
+        """The dimensions in a transformers config (as a dict: ``config.json``, or ``PretrainedConfig.to_dict()``); a
+        vision-language model's are its decoder's (``text_config``), its parameters the whole model's."""
+        config = config.get("text_config") or config
         hidden = config["hidden_size"]
         heads = config["num_attention_heads"]
         head_dim = config.get("head_dim") or hidden // heads
