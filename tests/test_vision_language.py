@@ -522,3 +522,15 @@ def test_the_image_route_of_knowledge_base_routing(tmp_path) -> None:
            "eval": {"every": 0}, "checkpoint": {"every": 0}, "logging": {"progress": False}})
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["logprob_mismatch_max"] < 1e-4 for r in rows)
+
+
+def test_fsdp2_shards_the_text_decoders_layers_and_the_engine_says_once_that_image_prompts_skip_prefix_reuse(
+    vlm, caplog
+) -> None:
+    from grove.distributed.strategies import decoder_layers
+
+    _, _, model, _ = vlm
+    assert decoder_layers(model) == list(model.get_decoder().layers)
+    with caplog.at_level("INFO", logger="grove.rollout.hf_engine"):
+        _rollout(vlm, [_ask(_image(0))], n=1)
+    assert "prefilled whole (no prefix reuse" in caplog.text

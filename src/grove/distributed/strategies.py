@@ -82,7 +82,13 @@ class Strategy:
 
 
 def decoder_layers(causal_lm: nn.Module) -> list[nn.Module]:
-    """The transformer blocks of a (possibly peft-wrapped) causal LM: the units FSDP2 shards one by one."""
+    """The transformer blocks of a (possibly peft-wrapped) causal LM: the units FSDP2 shards one by one (a
+    vision-language model's are its text decoder's, ``get_decoder()``, not its vision tower's)."""
+    base = causal_lm.get_base_model() if hasattr(causal_lm, "get_base_model") else causal_lm
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if isinstance(layers, nn.ModuleList) and len(layers):
+        return list(layers)
     for module in causal_lm.modules():
         layers = getattr(module, "layers", None)
         if isinstance(layers, nn.ModuleList) and len(layers) and module is not causal_lm:

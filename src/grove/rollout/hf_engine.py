@@ -17,6 +17,7 @@ are the ``old_logprobs`` of an on-policy batch. Truncation only changes which to
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +43,8 @@ from grove.vision.families import pixel_inputs, placeholder_token_ids
 from grove.vision.image_table import ImageTable
 
 __all__ = ["TransformersEngine", "filter_logits"]
+
+log = logging.getLogger(__name__)
 
 
 class TransformersEngine(RolloutEngine):
@@ -70,6 +73,7 @@ class TransformersEngine(RolloutEngine):
         use_decode_attention(model)  # one-token decode steps as two matmuls (grove.rollout.decode_attention)
         self.eos_token_ids = end_token_ids(model, tokenizer, eos_token_ids)
         self.pad_token_id = padding_token_id(tokenizer, self.eos_token_ids)
+        self._told_images = False
         placeholders = placeholder_token_ids(model)  # a vision-language model's image tokens: never generated
         self.never_sampled = torch.tensor(placeholders, dtype=torch.long) if placeholders else None
 
@@ -118,6 +122,10 @@ class TransformersEngine(RolloutEngine):
         out = rows.output(prompt_ids, prompt_mask, n, self.tokenizer, self.pad_token_id, start)
         if images is not None:
             out.images = images.select(out.prompt_index)
+            if self.prefixes.enabled and not self._told_images:
+                self._told_images = True
+                log.info("rollout: prompts with images are prefilled whole (no prefix reuse: a cached image token's "
+                         "keys and values depend on pixels the token ids do not show)")
         return out
 
     def _decode(
