@@ -13,8 +13,9 @@ Two sub-commands:
     python benchmarks/multi_objective.py report runs/bench-mo-clinical --png docs/img/multi_objective_clinical.png
 
     # on the arithmetic constraints (examples/arithmetic_constraints.yaml): also the resolution table and the share
-    # of held-out samples meeting every objective at once ("all met"; a penalty is met at 0)
-    python benchmarks/multi_objective.py report runs/bench-mo-arith --met-at
+    # of held-out samples meeting every objective at once ("all met"; a penalty is met at 0); --at: the held-out
+    # tables at an early evaluation too (how fast); --steps: the training statistics of a window of steps alone
+    python benchmarks/multi_objective.py report runs/bench-mo-arith --met-at --at 5 --steps 1 5
 
 A combiner runs with the estimator it is designed for: ``sum_then_normalize`` and ``variance_weighted`` with
 ``grpo``; ``normalize_then_sum`` (GDPO, TRL's batch renormalisation) with ``score_as_advantage``. Everything else
@@ -29,7 +30,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from held_out import ItemMean, evaluation_steps, item_values, merge, paired_item_difference
+from held_out import ItemMean, SeedInterval, evaluation_steps, item_values, merge, paired_item_difference
 from seeded_runs import (
     add_run_command,
     comparison_parser,
@@ -147,15 +148,24 @@ def table(runs: dict[str, dict[int, list[dict]]], objectives: list[str]) -> str:
     return "\n".join(lines)
 
 
+def within(metrics: dict[str, dict[int, list[dict]]], first: int, last: int) -> dict[str, dict[int, list[dict]]]:
+    """The metrics records of steps ``first .. last`` (inclusive): the statistics of a window of training."""
+    return {a: {seed: [r for r in recs if first <= r["step"] <= last] for seed, recs in per_seed.items()}
+            for a, per_seed in metrics.items()}
+
+
 def held_out_table(
-    out: Path, objectives: list[str], baseline: str = "sum_then_normalize", met_at: dict[str, float] | None = None
+    out: Path, objectives: list[str], baseline: str = "sum_then_normalize", met_at: dict[str, float] | None = None,
+    at: int | None = None,
 ) -> str:
     """Each objective's held-out mean after training, pooled over a combiner's seeds, with the 95 % interval over
     held-out prompts (from the last evaluation's samples); each combiner − the baseline paired by prompt (an
     objective whose difference lies below zero is the one a combiner sacrifices); and each combiner's change
     from the first evaluation (the warm start) paired by prompt. With ``met_at`` a last column, ``all met``: the
-    share of samples meeting every objective at once (:func:`all_met`)."""
-    runs = runs_by_variant(out, lambda r: finished(r) and bool(evaluation_steps(r)))
+    share of samples meeting every objective at once (:func:`all_met`). ``at``: the evaluation at that step instead
+    of the last (a run without it is left out)."""
+    runs = runs_by_variant(out, lambda r: finished(r) and bool(evaluation_steps(r))
+                           and (at is None or at in evaluation_steps(r)))
     if not runs:
         return ""
     readers = {name: (lambda row, n=name: row.get("rewards", {}).get(n)) for name in objectives}
@@ -169,7 +179,7 @@ def held_out_table(
             for a, rs in runs.items()
         }
 
-    values = pooled_values(lambda r: None)
+    values = pooled_values(lambda r: at)
     before = pooled_values(lambda r: evaluation_steps(r)[0])
     lines = ["| combiner | seeds | " + " | ".join(objectives) + " |", "|---|---|" + "---|" * len(objectives)]
     for a, rs in runs.items():
@@ -183,6 +193,15 @@ def held_out_table(
             d = paired_item_difference(values[a][name], values[baseline][name])
             cells.append(f"{d.mean:+.3f} ({d.low:+.3f} to {d.high:+.3f})")
         lines.append(f"| `{a}` − `{baseline}` (paired by prompt) | | " + " | ".join(cells) + " |")
+        seeds = sorted({seed_of(r) for r in runs[a]} & {seed_of(r) for r in runs[baseline]})
+        cells = []
+        for name in objectives:
+            def seed_mean(variant: str, seed: int, read=readers[name]) -> float:
+                run = next(r for r in runs[variant] if seed_of(r) == seed)
+                return ItemMean.of(item_values(run, read, step=at)).mean
+            d = SeedInterval.of([seed_mean(a, seed) - seed_mean(baseline, seed) for seed in seeds])
+            cells.append(f"{d.mean:+.3f} ({d.low:+.3f} to {d.high:+.3f})")
+        lines.append(f"| `{a}` − `{baseline}` (across {len(seeds)} seeds) | | " + " | ".join(cells) + " |")
     for a, rs in runs.items():
         cells = []
         for name in objectives:
@@ -234,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--met-at", nargs="*", default=None, metavar="NAME=VALUE",
                    help="add the share of samples meeting every objective at once; an objective is met at VALUE "
                         "(default 1.0; e.g. brevity=0 for a penalty)")
+    p.add_argument("--at", type=int, nargs="*", default=[], metavar="STEP",
+                   help="also the held-out tables at these evaluation steps (e.g. an early one: how fast)")
+    p.add_argument("--steps", type=int, nargs=2, default=None, metavar=("FIRST", "LAST"),
+                   help="also the training statistics (advantage shares, resolution) of these steps alone")
     args = parser.parse_args(argv)
     if args.command == "run":
         run(args.config, args.out, args.seeds, args.combiners, args.overrides, args.parallel)
@@ -249,7 +272,18 @@ def main(argv: list[str] | None = None) -> int:
     print(share_table(metrics, objectives))
     print()
     print(resolution_table(metrics))
+    if args.steps is not None:
+        first, last = args.steps
+        print(f"\nSteps {first}-{last} alone:\n")
+        print(share_table(within(metrics, first, last), objectives))
+        print()
+        print(resolution_table(within(metrics, first, last)))
     met_at = None if args.met_at is None else {k: float(v) for k, v in (m.split("=", 1) for m in args.met_at)}
+    for step in args.at:
+        held_out = held_out_table(args.out, objectives, met_at=met_at, at=step)
+        if held_out:
+            print(f"\nHeld-out at step {step}, pooled over seeds (95 % intervals over prompts):\n")
+            print(held_out)
     held_out = held_out_table(args.out, objectives, met_at=met_at)
     if held_out:
         print("\nHeld-out after training, pooled over seeds (95 % intervals over prompts):\n")

@@ -211,7 +211,9 @@ def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, mo
     for o in overrides:
         argv += ["--set", o]
     png = tmp_path / "mo.png"
-    for args in (argv, ["multi_objective.py", "report", str(out), "--png", str(png), "--met-at", "acc=1"]):
+    report = ["multi_objective.py", "report", str(out), "--png", str(png), "--met-at", "acc=1", "--at", "0",
+              "--steps", "1", "1"]
+    for args in (argv, report):
         monkeypatch.setattr(sys, "argv", args)
         with pytest.raises(SystemExit) as e:
             runpy.run_path(str(BENCHMARKS / "multi_objective.py"), run_name="__main__")
@@ -221,6 +223,8 @@ def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, mo
     assert "advantage values per group" in printed and "| all met |" in printed
     assert "| `normalize_then_sum` after − before (paired by prompt) | 1 |" in printed
     assert "advantage share (median)" in printed
+    assert "Steps 1-1 alone" in printed and "Held-out at step 0, pooled over seeds" in printed
+    assert "| `normalize_then_sum` − `sum_then_normalize` (across 1 seeds) |" in printed
     assert (out / "sum_then_normalize-seed0.log").stat().st_size > 0 and (out / "normalize_then_sum-seed0.log").exists()
     assert png.stat().st_size > 0
 
