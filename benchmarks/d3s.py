@@ -150,8 +150,16 @@ def report(out: Path, level: float) -> str:
                  for step, tokens, seconds, acc in pooled_curve([curve(r) for r in rs])]
         lines.append(f"| {method} | {len(rs)} | {percent(pooled(first[method], 'greedy'))} → "
                      f"**{percent(pooled(last[method], 'greedy'))}** | {'; '.join(cells)} |")
-    lines += ["", "After − before, paired by problem (all seeds pooled):", ""]
-    lines += [f"- {m}: {paired_difference(last[m], first[m], 'greedy')}" for m in runs]
+    lines += ["", "After − before, paired by problem (all seeds pooled), and across seeds (each seed's change):", ""]
+    for m in runs:
+        for mode in ("greedy", "sampled"):
+            if mode not in last[m][0].outcomes or mode not in first[m][0].outcomes:
+                continue
+            changes = SeedInterval.of([a.report(mode).accuracy - b.report(mode).accuracy
+                                       for a, b in zip(last[m], first[m], strict=True)])
+            lines.append(f"- {m}, {mode}: {percent(pooled(first[m], mode))} → {percent(pooled(last[m], mode))}; "
+                         f"paired by problem {paired_difference(last[m], first[m], mode)}; across seeds "
+                         f"{changes.points()}")
     compared = [(m, b) for m, b in BASELINE.items() if m in runs and b in runs]
     if compared:
         lines += ["", "Each D^3S variant − its baseline (held-out, the last evaluation, percentage points; totals as "

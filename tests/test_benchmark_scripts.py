@@ -411,6 +411,7 @@ def test_d3s_report_tokens_seconds_and_paired_difference_by_hand(tmp_path, monke
     assert "| grpo | 1 | 50.0% (15.0–85.0) | 200 | 300 | 400 | 1.00 | 6 | not reached |" in text
     assert "| d3s | 2 | 25.0% (" in text and "→ **75.0% (" in text and "2 (120, 6 s) 75.0%" in text
     assert "- d3s − grpo: paired by problem +25.0 points" in text  # problem rates (1,1,1,0) - (1,1,0,0)
+    assert "- d3s, greedy: 25.0% (" in text and "across seeds +50.0 (95% CI +50.0 to +50.0; seeds +50, +50)" in text
     assert "across seeds +25.0 (95% CI +25.0 to +25.0; seeds +25, +25)" in text
     assert "tokens that received gradient ×0.60, computed tokens ×1.00, generated tokens ×1.00, training seconds ×1.00" in text
     assert png.stat().st_size > 0
