@@ -2,7 +2,8 @@
 
 Every evaluation of a run writes ``eval_samples_stepNNNNNN.jsonl``: one row per greedy answer (or episode) and,
 with ``eval.samples``, one per sampled one (``"eval_mode": "sampled"``). An *item* is a held-out task (an
-environment's ``task_id``, a task's prompt); its outcome is ``won`` (environments) or ``correct`` (tasks).
+environment's ``task_id``, a task example's ``item`` index, or in older runs its prompt); its outcome is ``won``
+(environments) or ``correct`` (tasks).
 
 Three intervals, each answering its own question:
 
@@ -47,6 +48,14 @@ class HeldOut:
         return SampledReport.from_item_counts([sum(v) for v in counts.values()], per_item.pop())
 
 
+def _item_of(row: dict) -> str:
+    """The held-out item a row answers: the environment task, else the evaluation's example index (prompts of the
+    same text with other images are other items), else (older runs) the prompt."""
+    if "task_id" in row:
+        return str(row["task_id"])
+    return f"item {row['item']}" if "item" in row else row["prompt"]
+
+
 def evaluation_steps(run_dir: Path) -> list[int]:
     """The steps at which ``run_dir`` has evaluation samples, in order."""
     steps = [int(m.group(1)) for p in run_dir.glob("eval_samples_step*.jsonl") if (m := re.search(r"(\d+)", p.name))]
@@ -64,7 +73,7 @@ def held_out(run_dir: Path, step: int | None = None) -> HeldOut:
         row = json.loads(line)
         if row.get("eval_set") is not None:  # a further evaluation set (e.g. kb_routing's quiz): not the held-out split
             continue
-        item = str(row["task_id"]) if "task_id" in row else row["prompt"]
+        item = _item_of(row)
         ok = row["won"] if "won" in row else row["correct"]
         outcomes[row.get("eval_mode", "greedy")][item].append(bool(ok))
     return HeldOut(step, {mode: dict(v) for mode, v in outcomes.items() if v})
@@ -139,7 +148,7 @@ def item_values(run_dir: Path, value, step: int | None = None, mode: str = "gree
             continue
         v = value(row)
         if v is not None:
-            out[str(row["task_id"]) if "task_id" in row else row["prompt"]].append(float(v))
+            out[_item_of(row)].append(float(v))
     return dict(out)
 
 

@@ -101,13 +101,13 @@ def evaluate(
             max_new_tokens_key=max_new_tokens_key,
         )
         truncated += cut
-        values, tokens, records = _greedy_pass(engine, ids, chunk, rewards, column, greedy, generator, when)
+        values, tokens, records = _greedy_pass(engine, ids, chunk, rewards, column, greedy, generator, when, first)
         matrices.append(values)
         lengths += tokens
         samples_out.extend(records)
         if samples:
             counts, tokens, records = _sampled_pass(
-                engine, ids, chunk, rewards, column, samples, sampled, sample_generator, batch_size, when
+                engine, ids, chunk, rewards, column, samples, sampled, sample_generator, batch_size, when, first
             )
             sampled_correct.extend(counts)
             sampled_tokens += tokens
@@ -154,8 +154,11 @@ def _greedy_pass(
     greedy: SamplingParams,
     generator: torch.Generator,
     when: str,
+    first: int = 0,
 ) -> tuple[torch.Tensor, int, list[dict]]:
-    """One greedy completion of each example of ``chunk``: its reward matrix, the generated tokens, the records."""
+    """One greedy completion of each example of ``chunk`` (examples ``first ..`` of the evaluation): its reward
+    matrix, the generated tokens, the records (``item``: the example's index, which tells apart prompts of the same
+    text with other images)."""
     names, _ = reward_columns(rewards)
     out = engine.generate(ids.ids, 1, greedy, generator, **_images(ids))
     prompts = [e.prompt_text for e in chunk]
@@ -163,8 +166,9 @@ def _greedy_pass(
     values = compute_rewards(rewards, prompts, out.texts, columns, step=-1, when=when)
     correct = (torch.nan_to_num(values[:, column], nan=0.0) >= 1.0).tolist()
     records = [
-        {"prompt": p, "completion": c, "answer": e.answer, "correct": ok, "rewards": dict(zip(names, row, strict=True))}
-        for p, c, e, ok, row in zip(prompts, out.texts, chunk, correct, values.tolist(), strict=True)
+        {"item": first + k, "prompt": p, "completion": c, "answer": e.answer, "correct": ok,
+         "rewards": dict(zip(names, row, strict=True))}
+        for k, (p, c, e, ok, row) in enumerate(zip(prompts, out.texts, chunk, correct, values.tolist(), strict=True))
     ]
     return values, int(out.response_mask.sum()), records
 
@@ -208,9 +212,11 @@ def _sampled_pass(
     generator: torch.Generator,
     batch_size: int,
     when: str,
+    first: int = 0,
 ) -> tuple[list[int], int, list[dict]]:
-    """``samples`` sampled completions of each example of ``chunk`` (prompt ids ``ids``), ``batch_size`` rows per
-    generation as the greedy pass: each example's correct count, the generated tokens, the sample records."""
+    """``samples`` sampled completions of each example of ``chunk`` (prompt ids ``ids``; examples ``first ..``),
+    ``batch_size`` rows per generation as the greedy pass: each example's correct count, the generated tokens, the
+    sample records (``item`` as the greedy pass's)."""
     names, _ = reward_columns(rewards)
     counts: list[int] = []
     tokens = 0
@@ -220,15 +226,17 @@ def _sampled_pass(
         part_ids, part_examples = ids.rows(part, part + per_batch), chunk[part : part + per_batch]
         drawn = engine.generate(part_ids.ids, samples, sampled, generator, **_images(part_ids))  # rows i·samples + j
         repeated = [e for e in part_examples for _ in range(samples)]
+        items = [first + part + k for k in range(len(part_examples)) for _ in range(samples)]
         columns = columns_for_rewards(repeated, drawn.completion_ids)
         scores = compute_rewards(rewards, [e.prompt_text for e in repeated], drawn.texts, columns, step=-1, when=when)
         hits = (torch.nan_to_num(scores[:, column], nan=0.0) >= 1.0).view(len(part_examples), samples)
         counts.extend(hits.sum(dim=1).tolist())
         tokens += int(drawn.response_mask.sum())
         records.extend(
-            {"prompt": e.prompt_text, "completion": c, "answer": e.answer, "correct": bool(ok),
+            {"item": item, "prompt": e.prompt_text, "completion": c, "answer": e.answer, "correct": bool(ok),
              "eval_mode": "sampled", "rewards": dict(zip(names, row, strict=True))}
-            for e, c, ok, row in zip(repeated, drawn.texts, hits.flatten().tolist(), scores.tolist(), strict=True)
+            for item, e, c, ok, row in zip(items, repeated, drawn.texts, hits.flatten().tolist(), scores.tolist(),
+                                           strict=True)
         )
     return counts, tokens, records
 
