@@ -37,8 +37,9 @@ from grove.pipeline.update import PolicyUpdate, UpdateSchedule
 from grove.pipeline.update_seam import UpdateContext
 from grove.registry import ADVANTAGE_ESTIMATORS
 from grove.resolve import load_config, resolve
-from grove.rollout.engine import SamplingParams, encode_prompts
+from grove.rollout.engine import SamplingParams
 from grove.rollout.hf_engine import TransformersEngine
+from grove.rollout.prompt_encoding import encode_prompt_batch
 from grove.tasks.task import build_task
 from grove.training.optim import build_optimizer
 
@@ -68,7 +69,7 @@ def main() -> None:
 
     def draw(count):
         examples = [task.train[i] for i in sampler.next(count)]
-        return examples, encode_prompts(tokenizer, [e.prompt for e in examples], system_prompt=None, use_chat_template=True)
+        return examples, encode_prompt_batch(tokenizer, [e.prompt for e in examples], system_prompt=None)
 
     settings = ExperienceSettings(
         groups=cfg.train.prompts_per_step,

@@ -49,7 +49,7 @@ class ScriptedEngine(TransformersEngine):
     """Completions that depend only on (prompt tokens, index in the group), never on the rank or the RNG: a word of
     :data:`WORDS` and random tokens."""
 
-    def _decode(self, prompt_ids, prompt_mask, n, sampling, generator):
+    def _decode(self, prompt_ids, prompt_mask, n, sampling, generator, images=None):
         rows = prompt_ids.shape[0] * n
         width = sampling.max_new_tokens
         tokens = torch.full((rows, width), self.pad_token_id, dtype=torch.long)

@@ -98,8 +98,10 @@ def kill_points(
 ) -> list[KillPoint]:
     rng = random.Random(seed)
     points = [KillPoint(f"{p}-step{s}", phase_step=f"{p}:{s}") for p, steps in phase_steps.items() for s in steps]
+    earliest = min(0.5, wall_seconds / 2)  # a run shorter than a second is killed inside it, not after its end
     points += [
-        KillPoint(f"timed-{t:.2f}s", after_seconds=t) for t in sorted(rng.uniform(0.5, wall_seconds) for _ in range(timed))
+        KillPoint(f"timed-{t:.2f}s", after_seconds=t)
+        for t in sorted(rng.uniform(earliest, wall_seconds) for _ in range(timed))
     ]
     points += [KillPoint(f"sigterm-after-step{s}", sigterm_after_step=s) for s in sigterm_steps]
     return points

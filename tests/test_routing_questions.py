@@ -23,6 +23,7 @@ from grove.wings.kb_routing.quiz_questions import (
 )
 from grove.wings.kb_routing.routing_question_types import (
     CATEGORIES,
+    DEFAULT_CATEGORIES,
     DEFAULT_KB_IDS,
     KB_ROLES,
     RoutingQuestion,
@@ -123,7 +124,8 @@ def test_params_validation():
         "country_capital",
         "arithmetic",
     ]
-    assert tuple(RoutingQuestionParams().categories) == CATEGORIES
+    assert tuple(RoutingQuestionParams().categories) == DEFAULT_CATEGORIES  # emblem_colour: only when named
+    assert set(CATEGORIES) - set(DEFAULT_CATEGORIES) == {"emblem_colour"}
 
 
 def test_small_set_shape(small, small_params):
@@ -235,7 +237,7 @@ def full(kb_cache) -> list[RoutingQuestion]:
 @full_set
 def test_full_set_every_category_and_split(full):
     present = {(q.category, q.split) for q in full}
-    for category in CATEGORIES:
+    for category in DEFAULT_CATEGORIES:
         for split in ("train", "validation", "test"):
             assert (category, split) in present, (category, split)
     routes = {q.category: q.route for q in full}

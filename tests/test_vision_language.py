@@ -411,7 +411,7 @@ def test_the_shapes_task_answers_what_its_pictures_show() -> None:
     for example in task.train:
         pixels = example.prompt[0]["content"][0]["image"]
         if example.columns["question_kind"] == "colour":  # the colour at the centre of the only shape
-            ys, xs = np.nonzero((np.abs(pixels.astype(int) - COLOURS[example.answer]).sum(-1) < 10))
+            ys, xs = np.nonzero(np.abs(pixels.astype(int) - COLOURS[example.answer]).sum(-1) < 10)
             assert len(ys) > 0
     train_pixels = {e.prompt[0]["content"][0]["image"].tobytes() for e in task.train}
     assert not any(e.prompt[0]["content"][0]["image"].tobytes() in train_pixels for e in task.eval)
