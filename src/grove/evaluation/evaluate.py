@@ -160,7 +160,7 @@ def _greedy_pass(
     matrix, the generated tokens, the records (``item``: the example's index, which tells apart prompts of the same
     text with other images)."""
     names, _ = reward_columns(rewards)
-    out = engine.generate(ids.ids, 1, greedy, generator, **_images(ids))
+    out = engine.generate(ids.ids, 1, greedy, generator, **ids.image_kwargs)
     prompts = [e.prompt_text for e in chunk]
     columns = columns_for_rewards(chunk, out.completion_ids)
     values = compute_rewards(rewards, prompts, out.texts, columns, step=-1, when=when)
@@ -196,10 +196,6 @@ def _fitted_prompts(
     )
 
 
-def _images(prompts: EncodedPrompts) -> dict[str, Any]:
-    """The ``images`` keyword of a generate call for prompts with images (none for text prompts)."""
-    return {"images": prompts.images} if prompts.images is not None else {}
-
 
 def _sampled_pass(
     engine: RolloutEngine,
@@ -224,7 +220,7 @@ def _sampled_pass(
     per_batch = max(1, batch_size // samples)
     for part in range(0, len(chunk), per_batch):
         part_ids, part_examples = ids.rows(part, part + per_batch), chunk[part : part + per_batch]
-        drawn = engine.generate(part_ids.ids, samples, sampled, generator, **_images(part_ids))  # rows i·samples + j
+        drawn = engine.generate(part_ids.ids, samples, sampled, generator, **part_ids.image_kwargs)  # rows i·samples + j
         repeated = [e for e in part_examples for _ in range(samples)]
         items = [first + part + k for k in range(len(part_examples)) for _ in range(samples)]
         columns = columns_for_rewards(repeated, drawn.completion_ids)

@@ -145,8 +145,7 @@ def _sample_round(
     group_offset: int,
     stats: dict[str, float] | None = None,
 ) -> _Round:
-    images = {"images": encoded.images} if encoded.images is not None else {}  # engines without images keep working
-    out = engine.generate(encoded.ids, s.group_size, s.sampling, generator, **images)
+    out = engine.generate(encoded.ids, s.group_size, s.sampling, generator, **encoded.image_kwargs)
     scored = _score(out, examples, s, step, stats)
     rewards, names, weights, prompts, unscorable = (
         scored.rewards, scored.names, scored.weights, scored.prompts, scored.unscorable
@@ -155,7 +154,7 @@ def _sample_round(
     baseline = None
     if s.greedy_baseline:  # per-sample combiners only (config validation): each greedy sample is its own group
         greedy_sampling = dataclasses.replace(s.sampling, temperature=0.0, top_k=0, top_p=1.0)
-        greedy = engine.generate(encoded.ids, 1, greedy_sampling, generator, **images)
+        greedy = engine.generate(encoded.ids, 1, greedy_sampling, generator, **encoded.image_kwargs)
         g = _score(greedy, examples, s, step, stats)
         g_rewards = g.rewards
         g_rewards[g.unscorable] = torch.nan_to_num(g_rewards[g.unscorable], nan=0.0)  # unscorable baseline: 0

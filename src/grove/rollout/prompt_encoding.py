@@ -34,6 +34,12 @@ class EncodedPrompts:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def image_kwargs(self) -> dict[str, ImageTable]:
+        """``{"images": ...}`` for an engine's ``generate`` when the prompts hold images, else nothing (so an engine
+        written before images keeps working for text prompts)."""
+        return {"images": self.images} if self.images is not None else {}
+
     def rows(self, start: int, end: int) -> EncodedPrompts:
         """Prompts ``start .. end - 1``."""
         images = None if self.images is None else self.images.select(torch.arange(start, min(end, len(self.ids))))
