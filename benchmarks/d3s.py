@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(args.methods) - set(METHODS))
         if unknown:
             raise SystemExit(f"unknown methods {unknown}; choose from {sorted(METHODS)}")
-        train_alternated(args.config, args.out, args.seeds, {m: METHODS[m] for m in args.methods}, args.overrides, args.parallel)
+        train_alternated(args.config, args.out, args.seeds, {m: METHODS[m] for m in args.methods}, args.overrides, args.parallel,
+                         args.keep_checkpoints)
         return 0
     if not runs_by_variant(args.out, _evaluated):
         print(f"no finished runs with evaluation samples under {args.out}", file=sys.stderr)

@@ -114,12 +114,13 @@ NAMED_VARIANTS = {
 }
 
 
-def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str], parallel: int = 1) -> None:
+def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str], parallel: int = 1,
+        keep_checkpoints: bool = False) -> None:
     """Each method (an advantage estimator id, or one of :data:`NAMED_VARIANTS`) on each seed."""
     variants = {
         method: [f"algorithm.advantage={NAMED_VARIANTS.get(method, f'{{id: {method}}}')}"] for method in methods
     }
-    train_alternated(config, out, seeds, variants, overrides, parallel)
+    train_alternated(config, out, seeds, variants, overrides, parallel, keep_checkpoints)
 
 
 def training_table(name: str, runs: dict[str, list[Path]]) -> list[str]:
@@ -405,7 +406,7 @@ def main() -> None:
     if args.command == "calibrate":
         print(json.dumps(calibrate(args.config, args.overrides, args.groups), indent=2))
     elif args.command == "run":
-        run(args.config, args.out, args.seeds, args.methods, args.overrides, args.parallel)
+        run(args.config, args.out, args.seeds, args.methods, args.overrides, args.parallel, args.keep_checkpoints)
     else:
         print(report(args.dirs, args.png, args.level, args.baseline))
 

@@ -45,13 +45,14 @@ from seeded_runs import (
 ESTIMATOR = {"sum_then_normalize": "grpo", "normalize_then_sum": "score_as_advantage", "variance_weighted": "grpo"}
 
 
-def run(config: str, out: Path, seeds: list[int], combiners: list[str], overrides: list[str], parallel: int = 1) -> None:
+def run(config: str, out: Path, seeds: list[int], combiners: list[str], overrides: list[str], parallel: int = 1,
+        keep_checkpoints: bool = False) -> None:
     variants = {
         combiner: [f"algorithm.reward_combination={{id: {combiner}}}",
                    f"algorithm.advantage={{id: {ESTIMATOR.get(combiner, 'grpo')}}}"]
         for combiner in combiners
     }
-    train_alternated(config, out, seeds, variants, overrides, parallel)
+    train_alternated(config, out, seeds, variants, overrides, parallel, keep_checkpoints)
 
 
 def collect(out: Path, log: str = "eval.jsonl") -> dict[str, dict[int, list[dict]]]:
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also the training statistics (advantage shares, resolution) of these steps alone")
     args = parser.parse_args(argv)
     if args.command == "run":
-        run(args.config, args.out, args.seeds, args.combiners, args.overrides, args.parallel)
+        run(args.config, args.out, args.seeds, args.combiners, args.overrides, args.parallel, args.keep_checkpoints)
         return 0
     runs = collect(args.out)
     if not runs:

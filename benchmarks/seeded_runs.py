@@ -2,7 +2,9 @@
 
 Each run writes ``OUT/<variant>-seed<seed>`` (a normal run directory). A finished run (``summary.json``
 present) is skipped and an interrupted one resumed, so a comparison can be stopped and restarted.
-``--parallel N`` runs N of them at once, each writing its output to ``OUT/<variant>-seed<seed>.log``: on a GPU,
+Once a run ends its ``checkpoints/`` folder is removed (a comparison reads only the logs, and a 135M policy's
+checkpoint with its optimizer state takes 1.6 GB, so fifteen runs would fill a small disk); ``--keep-checkpoints``
+keeps them. ``--parallel N`` runs N of them at once, each writing its output to ``OUT/<variant>-seed<seed>.log``: on a GPU,
 where one small model's decode is bound by kernel launches from Python and leaves the device mostly idle.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -64,6 +67,11 @@ def add_run_command(sub: argparse._SubParsersAction, variants: Sequence[str], fl
     r.add_argument(flag, nargs="+", default=list(variants))
     r.add_argument("--set", dest="overrides", action="append", default=[])
     r.add_argument("--parallel", type=int, default=1, help="runs at once (default 1: one after another)")
+    r.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="keep each finished run's checkpoints/ (by default removed once the run ends: the reports read only logs)",
+    )
 
 
 def add_calibrate_command(sub: argparse._SubParsersAction) -> None:
@@ -81,9 +89,11 @@ def train_alternated(
     variants: Mapping[str, Sequence[str]],
     overrides: Sequence[str],
     parallel: int = 1,
+    keep_checkpoints: bool = False,
 ) -> None:
     """For each seed, every variant in turn (so a slow period of the machine hits all of them): ``grove train
-    CONFIG --set seed=S --set <variant's settings> --set <overrides>``; ``parallel`` runs at once."""
+    CONFIG --set seed=S --set <variant's settings> --set <overrides>``; ``parallel`` runs at once. A run that
+    ends has its ``checkpoints/`` removed unless ``keep_checkpoints``."""
     if parallel < 1:
         raise SystemExit(f"--parallel must be at least 1 (got {parallel})")
     out.mkdir(parents=True, exist_ok=True)
@@ -100,16 +110,23 @@ def train_alternated(
             if run_dir.exists():
                 args += ["--resume", str(run_dir)]
             commands.append((run_dir, args))
+    def tidy(run_dir: Path) -> None:
+        if not keep_checkpoints and finished(run_dir):
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+
     if parallel == 1:
-        for _, args in commands:
+        for run_dir, args in commands:
             print(" ".join(args[1:]), flush=True)
             subprocess.run(args, check=True)
+            tidy(run_dir)
         return
 
     def train(run_dir: Path, args: list[str]) -> int:
         print(" ".join(args[1:]), f"> {run_dir}.log", flush=True)
         with open(f"{run_dir}.log", "a") as log:
-            return subprocess.run(args, stdout=log, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT).returncode
+        tidy(run_dir)
+        return code
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         codes = list(pool.map(lambda c: train(*c), commands))

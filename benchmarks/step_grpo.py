@@ -101,11 +101,12 @@ def calibrate(config: str, overrides: list[str], groups: int) -> dict:
     return out
 
 
-def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str], parallel: int = 1) -> None:
+def run(config: str, out: Path, seeds: list[int], methods: list[str], overrides: list[str], parallel: int = 1,
+        keep_checkpoints: bool = False) -> None:
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise SystemExit(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
-    train_alternated(config, out, seeds, {m: METHODS[m] for m in methods}, overrides, parallel)
+    train_alternated(config, out, seeds, {m: METHODS[m] for m in methods}, overrides, parallel, keep_checkpoints)
 
 
 def _evals(run_dir: Path) -> list[dict]:
@@ -290,7 +291,7 @@ def main() -> None:
     if args.command == "calibrate":
         print(json.dumps(calibrate(args.config, args.overrides, args.groups), indent=1))
     elif args.command == "run":
-        run(args.config, args.out, args.seeds, args.methods, args.overrides, args.parallel)
+        run(args.config, args.out, args.seeds, args.methods, args.overrides, args.parallel, args.keep_checkpoints)
     else:
         print(report(args.dir, args.png))
 

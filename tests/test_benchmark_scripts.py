@@ -194,7 +194,8 @@ def test_gigpo_report_turns_to_goal_and_diagnostics_by_hand(tmp_path, monkeypatc
 
 def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:
     """benchmarks/multi_objective.py: one seed of two reward combiners on a tiny model, both at once (``--parallel``),
-    then the table and the PNG (the runs' log files beside their directories are not runs)."""
+    then the table and the PNG (the runs' log files beside their directories are not runs); each finished run's
+    checkpoints are removed, its logs kept."""
     from grove.models.tiny import create_tiny_model_dir
 
     model = create_tiny_model_dir(tmp_path / "model", seed=0)
@@ -227,6 +228,9 @@ def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, mo
     assert "| `normalize_then_sum` − `sum_then_normalize` (across 1 seeds) |" in printed
     assert (out / "sum_then_normalize-seed0.log").stat().st_size > 0 and (out / "normalize_then_sum-seed0.log").exists()
     assert png.stat().st_size > 0
+    for combiner in ("sum_then_normalize", "normalize_then_sum"):
+        assert (out / f"{combiner}-seed0" / "metrics.jsonl").exists()
+        assert not (out / f"{combiner}-seed0" / "checkpoints").exists()
 
 
 def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, capsys) -> None:
