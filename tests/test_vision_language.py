@@ -5,6 +5,7 @@ and an exact resume."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -534,3 +535,51 @@ def test_fsdp2_shards_the_text_decoders_layers_and_the_engine_says_once_that_ima
     with caplog.at_level("INFO", logger="grove.rollout.hf_engine"):
         _rollout(vlm, [_ask(_image(0))], n=1)
     assert "prefilled whole (no prefix reuse" in caplog.text
+
+
+def test_demos_of_an_environment_that_shows_pictures_save_their_pixels_for_sft(tmp_path) -> None:
+    """``grove demos`` on the image route of knowledge-base routing: each conversation row names a pixel file beside
+    the demonstration file; ``grove sft`` reads the pixels a rollout of the same episode holds and trains on them. A
+    pixel file made by another image processor, or one that is missing, is refused naming the fix."""
+    from grove.api import train
+    from grove.config import GroveConfig
+    from grove.demos.expert_episodes import EnvironmentDemonstrations
+    from grove.demos.writer import write_demonstrations
+    from grove.sft.data import SftDataError, load_sft_examples
+
+    model_dir = create_tiny_vision_model_dir(tmp_path / "model", family="llava", context_length=2048)
+    _, tokenizer = load_policy(model_dir)
+    env_params = {"knowledge_bases": {"pictures": {"id": "emblems"}},
+                  "questions": {"categories": ["emblem_colour"], "per_category": 30, "min_category_size": 5,
+                                "cache_dir": str(tmp_path / "cache")},
+                  "quiz_eval": False}
+    config = {"model": {"name": str(model_dir)}, "threads": 1,
+              "env": {"id": "kb_routing", "params": env_params, "max_turns": 2, "prompt": "conversation"},
+              "rollout": {"max_new_tokens": 40}}
+    out = tmp_path / "demos.jsonl"
+    write_demonstrations(GroveConfig.model_validate(config), tokenizer, out, episodes=3)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(r["pixels"].startswith("demos_images/") for r in rows)
+    assert all((tmp_path / r["pixels"]).is_file() for r in rows)
+    examples = load_sft_examples(out, tokenizer, max_length=2048)
+    demos = EnvironmentDemonstrations(GroveConfig.model_validate(config), tokenizer)
+    task_id, seed = demos.starts(3, 0)[0]
+    [played] = demos.play(task_id, seed).samples
+    assert examples[0].input_ids == [*played.prompt_ids, *played.response_ids]
+    assert torch.equal(examples[0].images.row_tensors["pixel_values"], played.images.row_tensors["pixel_values"])
+    assert examples[0].images.num_images >= 1 and all(ex.images is not None for ex in examples)
+
+    run = tmp_path / "sft"
+    train({**config, "output_dir": str(run), "sft": {"data": [str(out)], "eval_fraction": 0.0},
+           "train": {"micro_batch_size": 2}, "checkpoint": {"every": 0}, "logging": {"progress": False}},
+          kind="sft")
+    trained = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert trained and all(math.isfinite(r["loss"]) and r["trained_tokens"] > 0 for r in trained)
+
+    other = create_tiny_vision_model_dir(tmp_path / "other", family="llava", context_length=2048, image_size=48)
+    _, other_tokenizer = load_policy(other)
+    with pytest.raises(SftDataError, match="another image processor.*regenerate the demonstrations"):
+        load_sft_examples(out, other_tokenizer, max_length=2048)
+    (tmp_path / rows[1]["pixels"]).unlink()
+    with pytest.raises(SftDataError, match=r"demos\.jsonl:2: the pixel file .* is missing"):
+        load_sft_examples(out, tokenizer, max_length=2048)

@@ -30,6 +30,7 @@ import random
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -50,6 +51,9 @@ from grove.registry import ACTION_PARSERS
 from grove.rollout.engine import context_length
 from grove.sft.demonstration_format import tokenizer_fingerprint
 from grove.user_code import user_code
+from grove.vision.image_table import ImageTable
+from grove.vision.pixel_files import pixel_layout_fingerprint, write_pixels
+from grove.vision.processors import processor_of
 
 __all__ = ["DemoEpisode", "DemonstrationError", "EnvironmentDemonstrations"]
 
@@ -124,6 +128,8 @@ class EnvironmentDemonstrations:
         self.parse = lambda text, obs: parser(text, obs, self.parser_params)
         self.max_new_tokens = cfg.rollout.max_new_tokens
         self.timeout_s = cfg.env.step_timeout_s
+        vision = processor_of(tokenizer)
+        self.pixel_layout = None if vision is None else pixel_layout_fingerprint(vision[0], vision[1].name)
 
     def prompter(self) -> Prompter:
         """The prompter a rollout of this config builds for one trajectory."""
@@ -303,10 +309,12 @@ class EnvironmentDemonstrations:
     # ------------------------------------------------------------------ rows
     def rows(
         self, counts: DemoCounts, *, episodes: int, noise: float, keep: Literal["won", "all"], seed: int,
-        progress: DemoProgress | None = None,
+        progress: DemoProgress | None = None, image_dir: Path | None = None,
     ) -> Iterator[dict[str, Any]]:
         """The rows of ``episodes`` demonstrations (only the won ones with ``keep="won"``); ``counts`` is updated
-        as they are played and ``progress`` told. Raises :class:`grove.demos.summary.NoDemonstrationsError` after
+        as they are played and ``progress`` told. A sample whose tokens hold pictures (a vision-language policy)
+        has its pixels saved in ``image_dir`` (:mod:`grove.vision.pixel_files`), named in its row's ``pixels``
+        relative to the demonstration file's folder. Raises :class:`grove.demos.summary.NoDemonstrationsError` after
         the last episode when not one was kept."""
         rng = random.Random(f"grove-demos-noise-{seed}")
         on_turn = None if progress is None else (lambda turn: progress.tick(counts, turn))
@@ -322,18 +330,28 @@ class EnvironmentDemonstrations:
             counts.oracle_actions += sum(episode.oracle)
             counts.other_actions += len(episode.oracle) - sum(episode.oracle)
             counts.long_actions += sum(len(ids) > self.max_new_tokens for ids in episode.action_ids)
-            for sample in episode.samples:
+            for index, sample in enumerate(episode.samples):
+                pixels = {} if sample.images is None else {
+                    "pixels": self._save_pixels(sample.images, image_dir, f"{number:06d}-{index:03d}")}
                 row = demonstration_row(
                     sample, self.tokenizer, self.fingerprint, source=self.name, task_id=task_id, episode=number,
                     won=episode.won, seed=env_seed, ended=episode.ended,
                     oracle=[episode.oracle[t] for t in sample.turns],
-                    actions=[episode.commands[t] for t in sample.turns],
+                    actions=[episode.commands[t] for t in sample.turns], **pixels,
                 )
                 counts.rows += 1
                 counts.completion_tokens += sum(row["completion_mask"])
                 yield row
         if not counts.kept_episodes:
             raise nothing_to_write(counts, source=self.name, keep=keep, max_turns=self.env_cfg.max_turns)
+
+    def _save_pixels(self, table: ImageTable, image_dir: Path | None, stem: str) -> str:
+        """Save a sample's pixels as ``image_dir/<stem>.safetensors``; the name its row gives them."""
+        if image_dir is None or self.pixel_layout is None:
+            raise ValueError(f"environment {self.name!r} shows pictures: give the folder to save their pixels in "
+                             "(image_dir), and a vision-language policy")
+        write_pixels(image_dir / f"{stem}.safetensors", table, self.pixel_layout)
+        return f"{image_dir.name}/{stem}.safetensors"
 
     @staticmethod
     def _count(counts: DemoCounts, episode: DemoEpisode) -> None:

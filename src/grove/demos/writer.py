@@ -60,6 +60,8 @@ def write_demonstrations(
       probability ``noise``, a random other admissible action; ``keep="won"`` writes only the won episodes,
       ``"all"`` every one that took a turn. The environment's calls run with the rollout's limits
       (``env.step_timeout_s``, ``env.max_turns``);
+      a vision-language policy's samples whose tokens hold pictures have their pixels saved in
+      ``<out's stem>_images/`` beside ``out`` (one safetensors file each, named by the row's ``pixels``);
     * a single-turn task: gold completions of ``episodes`` training examples (``noise`` must be 0); prompts with
       images are written as ``messages`` rows, their images as PNG files in ``<out's stem>_images/`` beside ``out``;
     * ``tokenizer``: the policy's (the ids and the file's fingerprint are its); ``seed``: the order of tasks or
@@ -90,7 +92,8 @@ def write_demonstrations(
     try:
         if cfg.env is not None:
             demos = EnvironmentDemonstrations(cfg, tokenizer, model_context=model_context)
-            rows = demos.rows(counts, episodes=episodes, noise=noise, keep=keep, seed=seed, progress=ticks)
+            rows = demos.rows(counts, episodes=episodes, noise=noise, keep=keep, seed=seed, progress=ticks,
+                              image_dir=out.parent / f"{out.stem}_images")
             source = demos.name
         else:
             task_demos = TaskDemonstrations(cfg, tokenizer, model_context=model_context)

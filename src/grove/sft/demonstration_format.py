@@ -14,6 +14,8 @@ rollouts, in the config's prompt mode). A row::
 * ``tokenizer``: :func:`tokenizer_fingerprint` of the tokenizer that made the ids; ``grove sft`` refuses a file made
   with another tokenizer (the ids would mean other text);
 * ``prompt`` / ``completion``: the same tokens decoded, for reading the file;
+* ``pixels`` (a vision-language policy's sample whose ids hold image tokens): the safetensors file of the pixels
+  those tokens stand for, relative to the demonstration file's folder (:mod:`grove.vision.pixel_files`);
 * the rest: where the sample came from (``source``: the environment or task; ``task_id``: a *training* task, never
   a held-out one; ``episode``; ``turns``; ``won``: whether the episode succeeded). Extra keys are kept and ignored.
 """
@@ -48,6 +50,7 @@ class DemonstrationRow(BaseModel):
     episode: int | None = None
     turns: list[int] = Field(default_factory=list)
     won: bool | None = None
+    pixels: str | None = None
 
     @model_validator(mode="after")
     def _aligned(self) -> DemonstrationRow:

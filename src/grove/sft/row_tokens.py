@@ -37,6 +37,7 @@ from grove.sft.data_files import json_kind
 from grove.sft.demonstration_format import DEMONSTRATION_KEYS, DemonstrationRow, tokenizer_fingerprint
 from grove.vision.image_prompts import ImagePromptError, encode_with_images, image_placeholder, parts_messages
 from grove.vision.image_table import ImageTable
+from grove.vision.pixel_files import PixelFileError, pixel_layout_fingerprint, read_pixels
 from grove.vision.processors import processor_of
 
 __all__ = ["DATA_FORMATS", "ROLES", "RowError", "RowTokenizer", "detect_format"]
@@ -167,8 +168,23 @@ class RowTokenizer:
                     f"{name} holds the token id {outside}, outside this tokenizer's vocabulary (0 to {vocabulary - 1}):"
                     " the row was changed after grove demos wrote it; regenerate the file with grove demos"
                 )
+        if demo.pixels is not None:
+            self._pieces = [self._demonstration_pixels(demo.pixels)]
         ids = [*demo.prompt_ids, *demo.completion_ids]
         return ids, [0] * len(demo.prompt_ids) + list(demo.completion_mask)
+
+    def _demonstration_pixels(self, name: str) -> ImageTable:
+        """The pixels a demonstration row's image tokens stand for, read from its pixel file."""
+        found = processor_of(self.tokenizer)
+        if found is None:
+            raise RowError(f"the row's tokens hold pictures (pixels: {name!r}), but the policy is a text-only model: "
+                           "train a vision-language model on it, or leave such rows out")
+        processor, family = found
+        path = Path(name) if self._image_dir is None else self._image_dir / name
+        try:
+            return read_pixels(path, pixel_layout_fingerprint(processor, family.name))
+        except PixelFileError as exc:
+            raise RowError(str(exc)) from None
 
     # ------------------------------------------------------------------ chats
     def _checked_messages(self, value: Any, field: str) -> list[dict[str, Any]]:
