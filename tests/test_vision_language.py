@@ -543,6 +543,10 @@ def test_demos_of_an_environment_that_shows_pictures_save_their_pixels_for_sft(t
     pixel file made by another image processor, or one that is missing, is refused naming the fix."""
     from grove.api import train
     from grove.config import GroveConfig
+    import yaml
+    from typer.testing import CliRunner
+
+    from grove.cli import app
     from grove.demos.expert_episodes import EnvironmentDemonstrations
     from grove.demos.writer import write_demonstrations
     from grove.sft.data import SftDataError, load_sft_examples
@@ -559,6 +563,12 @@ def test_demos_of_an_environment_that_shows_pictures_save_their_pixels_for_sft(t
     out = tmp_path / "demos.jsonl"
     write_demonstrations(GroveConfig.model_validate(config), tokenizer, out, episodes=3)
     rows = [json.loads(x) for x in out.read_text().splitlines()]
+    (tmp_path / "demos.yaml").write_text(yaml.safe_dump(config))  # the command line loads the processor too
+    done = CliRunner().invoke(app, ["demos", str(tmp_path / "demos.yaml"), "--episodes", "3",
+                                    "--out", str(tmp_path / "cli.jsonl")])
+    assert done.exit_code == 0, done.output
+    assert [json.loads(x)["pixels"] for x in (tmp_path / "cli.jsonl").read_text().splitlines()] == [
+        r["pixels"].replace("demos_images", "cli_images") for r in rows]
     assert len(rows) == 3 and all(r["pixels"].startswith("demos_images/") for r in rows)
     assert all((tmp_path / r["pixels"]).is_file() for r in rows)
     examples = load_sft_examples(out, tokenizer, max_length=2048)

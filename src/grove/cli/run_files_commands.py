@@ -35,10 +35,10 @@ def demos(
     import signal
     from types import SimpleNamespace
 
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     from grove.demos import DemonstrationsInterrupted, write_demonstrations
-    from grove.models.pretrained import resolve_model_path
+    from grove.models.pretrained import load_tokenizer, resolve_model_path
     from grove.rollout.engine import context_length
 
     def report(line: str) -> None:
@@ -47,8 +47,8 @@ def demos(
     interrupted = 128 + signal.SIGINT.value
     try:
         path = resolve_model_path(cfg.model.name)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model_config = AutoConfig.from_pretrained(path, local_files_only=True)
+        tokenizer = load_tokenizer(path, model_config)  # a vision-language model's comes with its processor
         summary = write_demonstrations(
             cfg, tokenizer, out, episodes=episodes, noise=noise, keep=keep, seed=seed,
             model_context=context_length(SimpleNamespace(config=model_config), tokenizer),  # no weights needed
