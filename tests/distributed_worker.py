@@ -54,7 +54,7 @@ class ScriptedEngine(TransformersEngine):
         width = sampling.max_new_tokens
         tokens = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
         lengths = torch.zeros(rows, dtype=torch.long)
-        vocab = self.model.config.vocab_size
+        vocab = self.model.config.get_text_config().vocab_size
         words = [self.tokenizer.encode(w, add_special_tokens=False) for w in WORDS]
         for i in range(prompt_ids.shape[0]):
             prompt = prompt_ids[i][prompt_mask[i].bool()].tolist()

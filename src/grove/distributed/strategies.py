@@ -113,9 +113,20 @@ def wrap_for_training(module: nn.Module, name: str, world: World) -> tuple[nn.Mo
         # reference and recompute passes must not depend on (the option was renamed in torch 2.13)
         renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
         no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
-        wrapped = DistributedDataParallel(module, device_ids=device_ids, **no_buffer_sync)
+        # a vision-language model's tower holds layers its forward never reads (LLaVA takes an inner layer's features,
+        # so the tower's last norm and pooling head get no gradient): DDP must then find them after each backward
+        unused = _has_unused_vision_layers(module)
+        wrapped = DistributedDataParallel(module, device_ids=device_ids, find_unused_parameters=unused, **no_buffer_sync)
         return wrapped, Strategy("ddp", world)
     return shard_fully(module, world), Strategy("fsdp2", world)
+
+
+def _has_unused_vision_layers(module: nn.Module) -> bool:
+    """Whether ``module`` (the training-forward module, or the causal LM itself) is a vision-language model."""
+    from grove.vision.families import is_vision_language
+
+    config = getattr(getattr(module, "causal_lm", module), "config", None)
+    return config is not None and is_vision_language(config)
 
 
 def shard_fully(module: nn.Module, world: World) -> nn.Module:
