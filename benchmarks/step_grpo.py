@@ -161,6 +161,44 @@ def per_run_table(runs: dict[str, list[Path]]) -> list[str]:
     return lines
 
 
+def _route(row: dict) -> str | None:
+    """The gold route of an evaluation episode's question (its steps' ``info["route"]``)."""
+    return next((t["info"]["route"] for t in row.get("trajectory", []) if "route" in t.get("info", {})), None)
+
+
+def route_table(runs: dict[str, list[Path]]) -> list[str]:
+    """Per method and gold route (the questions a knowledge base answers, e.g. ``pictures``): answer and routing
+    accuracy before and after, pooled over seeds with 95 % intervals over questions, and after − before paired by
+    question: where a route was learned. Empty when the evaluations do not record routes."""
+    routes = sorted({x for rs in runs.values() for r in rs for row in _rows(r) if (x := _route(row)) is not None})
+    if not routes:
+        return []
+    lines = ["| method | route | answer acc. before | after | after − before (paired) | routing acc. before | after |"
+             " after − before (paired) |", "|---|---|---|---|---|---|---|---|"]
+    for m, rs in runs.items():
+        for route in routes:
+            cells = []
+            for label in ("answer accuracy", "routing accuracy"):
+                fn, scale, unit = ITEM_METRICS[label]
+                only = (lambda row, fn=fn, route=route: fn(row) if _route(row) == route else None)
+                before = merge([item_values(r, only, step=evaluation_steps(r)[0]) for r in rs])
+                after = merge([item_values(r, only) for r in rs])
+                if not after:
+                    cells += ["–", "–", "–"]
+                    continue
+                cells += [ItemMean.of(before).show(scale, unit, 1) if before else "–",
+                          ItemMean.of(after).show(scale, unit, 1),
+                          _signed(paired_item_difference(after, before), scale, unit) if before else "–"]
+            lines.append(f"| {m} | {route} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    """The rows of a run's last evaluation."""
+    steps = evaluation_steps(run_dir)
+    return read_jsonl(run_dir / f"eval_samples_step{steps[-1]:06d}.jsonl") if steps else []
+
+
 def knowledge_base_table(runs: dict[str, list[Path]]) -> list[str]:
     """Per method, the last evaluation's routing accuracy on each knowledge base's questions and the searches on
     questions that need none (``kb/<name>/...`` of eval.jsonl), mean over seeds with each seed's value: where the
@@ -252,6 +290,10 @@ def report(d: Path, png: Path | None) -> str:
                   *held_out_table(done),
                   "", "Held-out by knowledge base, before and after (mean over seeds; each seed):", "",
                   *knowledge_base_table(done)]
+        by_route = route_table(done)
+        if by_route:
+            lines += ["", "Held-out by the question's gold route, pooled over seeds (95 % intervals over questions):", "",
+                      *by_route]
     if png is not None and runs:
         import matplotlib
 

@@ -256,8 +256,11 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
             (run / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
             # the last evaluation's episodes, two questions: step_grpo searches (rightly on q0, wrongly on q1)
             def episode(task, won, queries):
-                turns = [{"valid": True, "info": {"step_type": "query", "routing_correct": ok}} for ok in queries]
-                return {"task_id": task, "won": won, "trajectory": [*turns, {"valid": True, "info": {"step_type": "answer"}}]}
+                route = ("tables", "pictures")[task]  # the question's gold route, in every step's info
+                turns = [{"valid": True, "info": {"step_type": "query", "routing_correct": ok, "route": route}}
+                         for ok in queries]
+                answer = {"valid": True, "info": {"step_type": "answer", "route": route}}
+                return {"task_id": task, "won": won, "trajectory": [*turns, answer]}
 
             rows = [episode(0, True, [True] if searched else []), episode(1, searched and seed == 0, [False] if searched else [])]
             rows.append({**episode(0, False, []), "eval_set": "quiz"})  # another evaluation set: not an item
@@ -279,6 +282,11 @@ def test_step_grpo_benchmark_report_and_method_check(tmp_path, monkeypatch, caps
     assert "step_grpo − outcome_grpo, across seeds: answer accuracy +25.0 (95% CI" in text and "seeds +50, +0)" in text
     assert "| step_grpo | 2 | 0.75 (1.00, 0.50) | 0.12 (0.00, 0.25) | – |" in text  # by knowledge base, after
     assert "| outcome_grpo | 2 | – | 0.12 (0.00, 0.25) | – |" in text
+    # by gold route: step_grpo answers the pictures question in one seed of two, and routed it wrongly
+    assert "| step_grpo | pictures | 50.0% (" in text and "| outcome_grpo | tables | 100.0% (" in text
+    assert ("| step_grpo | pictures | 50.0% (nan–nan, 1 items) | 50.0% (nan–nan, 1 items) | +0.0 (+nan to +nan, 1 "
+            "questions) | 0.0% (nan–nan, 1 items) | 0.0% (nan–nan, 1 items) |") in text
+    assert "| outcome_grpo | pictures | 0.0% (nan–nan, 1 items) | 0.0% (nan–nan, 1 items) | +0.0 (+nan to +nan, 1 questions) | – | – | – |" in text
     # one evaluation only: after − before compares it with itself
     assert "outcome_grpo, after − before, paired by question: answer accuracy +0.0 (+0.0 to +0.0, 2 questions)" in text
     assert png.stat().st_size > 0

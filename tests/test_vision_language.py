@@ -514,6 +514,7 @@ def test_the_image_route_of_knowledge_base_routing(tmp_path) -> None:
     assert 'kb="pictures"' in query
     found = env.step(query)
     assert len(found.observation.images) >= 1 and found.info["hit"] and found.info["routing_correct"]
+    assert found.info["route"] == "pictures" and env.step("<answer>red</answer>").info["route"] == "pictures"
     model = create_tiny_vision_model_dir(tmp_path / "model", family="llava", context_length=2048)
     run = tmp_path / "run"
     train({"model": {"name": str(model)}, "threads": 1, "output_dir": str(run),

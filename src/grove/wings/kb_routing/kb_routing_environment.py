@@ -15,7 +15,8 @@ cached on disk (:mod:`grove.knowledge`); the names the model uses (``text``, ``t
 map to registry ids in ``knowledge_bases``. Answering directly is the "none" route.
 
 Step rewards are in :mod:`grove.wings.kb_routing.kb_routing_rewards`. The step type (``info["step_type"]``: ``query``,
-``answer`` or ``invalid``) lets Step-GRPO compare corresponding steps. The anchor state (GiGPO) is the
+``answer`` or ``invalid``) lets Step-GRPO compare corresponding steps; every step's ``info["route"]`` is the
+question's gold route (``tables``, ``text>tables``, ``pictures``, ``none``...), so results can be read per route. The anchor state (GiGPO) is the
 question and the searches done so far (knowledge base and normalised terms), so trajectories that issued
 the same searches share a state. ``summarize`` gives answer accuracy, routing accuracy, retrieval hit rate,
 searches per question, unnecessary searches and invalid actions, overall and per knowledge base.
@@ -220,7 +221,7 @@ class KbRoutingEnv:
             known = ", ".join(sorted(self.shared.kbs))
             reply = type(reply)("invalid", reason=f"unknown knowledge base {reply.kb!r} (known: {known})")
         if reply.kind == "invalid":
-            info = {"step_type": "invalid", "invalid_action": True, "reason": reply.reason}
+            info = {"step_type": "invalid", "invalid_action": True, "reason": reply.reason, "route": self.question.route}
             text = f"Invalid reply: {reply.reason}. Reply with <query kb=\"NAME\">…</query> or <answer>…</answer>."
             return Transition(self._observation(text), 0.0, False, info)
         if reply.kind == "answer":
@@ -255,6 +256,7 @@ class KbRoutingEnv:
             "step_type": "query",
             "kb": kb,
             "gold_kb": gold.kb if gold is not None else NONE_ROUTE,
+            "route": q.route,
             "routing_correct": bool(parts["routing"]),
             "hit": bool(hits),
             "reward_parts": parts,
@@ -275,6 +277,7 @@ class KbRoutingEnv:
             "won": score >= 1.0,
             "outcome": score,
             "searches": len(self.searches),
+            "route": q.route,
             "reward_parts": parts,
         }
         return Transition(self._observation("The episode is over."), float(reward), True, info)
