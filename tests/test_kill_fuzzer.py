@@ -99,9 +99,11 @@ def kill_points(
     rng = random.Random(seed)
     points = [KillPoint(f"{p}-step{s}", phase_step=f"{p}:{s}") for p, steps in phase_steps.items() for s in steps]
     earliest = min(0.5, wall_seconds / 2)  # a run shorter than a second is killed inside it, not after its end
+    # numbered: two draws close together must not share a name, hence a run directory (the second would find the
+    # first one's finished run there)
     points += [
-        KillPoint(f"timed-{t:.2f}s", after_seconds=t)
-        for t in sorted(rng.uniform(earliest, wall_seconds) for _ in range(timed))
+        KillPoint(f"timed{k}-{t:.2f}s", after_seconds=t)
+        for k, t in enumerate(sorted(rng.uniform(earliest, wall_seconds) for _ in range(timed)))
     ]
     points += [KillPoint(f"sigterm-after-step{s}", sigterm_after_step=s) for s in sigterm_steps]
     return points
@@ -150,3 +152,11 @@ def test_kill_fuzzer_full(reference, tmp_path):
     assert len(points) >= 27
     for point in points:
         _survives(model, ref, tmp_path / point.name, point)
+
+
+def test_kill_points_have_distinct_names_even_when_drawn_close_together():
+    """Each kill point gets a run directory of its own name: timed kills drawn within a hundredth of a second of
+    each other (a run shorter than a second) must not share one."""
+    points = kill_points(0.02, {"update": [1]}, timed=12, sigterm_steps=(1,))
+    names = [p.name for p in points]
+    assert len(names) == 14 and len(set(names)) == len(names)
