@@ -122,11 +122,10 @@ def wrap_for_training(module: nn.Module, name: str, world: World) -> tuple[nn.Mo
 
 
 def _has_unused_vision_layers(module: nn.Module) -> bool:
-    """Whether ``module`` (the training-forward module, or the causal LM itself) is a vision-language model."""
-    from grove.vision.families import is_vision_language
-
+    """Whether ``module`` (the training-forward module, or the causal LM itself) is a vision-language model (its
+    config has a ``vision_config``)."""
     config = getattr(getattr(module, "causal_lm", module), "config", None)
-    return config is not None and is_vision_language(config)
+    return getattr(config, "vision_config", None) is not None
 
 
 def shard_fully(module: nn.Module, world: World) -> nn.Module:
