@@ -166,6 +166,11 @@ def _route(row: dict) -> str | None:
     return next((t["info"]["route"] for t in row.get("trajectory", []) if "route" in t.get("info", {})), None)
 
 
+def _on_route(value, route: str):
+    """``value(row)`` for the episodes whose question's gold route is ``route``, ``None`` (left out) for the rest."""
+    return lambda row: value(row) if _route(row) == route else None
+
+
 def route_table(runs: dict[str, list[Path]]) -> list[str]:
     """Per method and gold route (the questions a knowledge base answers, e.g. ``pictures``): answer and routing
     accuracy before and after, pooled over seeds with 95 % intervals over questions, and after − before paired by
@@ -180,7 +185,7 @@ def route_table(runs: dict[str, list[Path]]) -> list[str]:
             cells = []
             for label in ("answer accuracy", "routing accuracy"):
                 fn, scale, unit = ITEM_METRICS[label]
-                only = (lambda row, fn=fn, route=route: fn(row) if _route(row) == route else None)
+                only = _on_route(fn, route)
                 before = merge([item_values(r, only, step=evaluation_steps(r)[0]) for r in rs])
                 after = merge([item_values(r, only) for r in rs])
                 if not after:

@@ -542,12 +542,12 @@ def test_demos_of_an_environment_that_shows_pictures_save_their_pixels_for_sft(t
     """``grove demos`` on the image route of knowledge-base routing: each conversation row names a pixel file beside
     the demonstration file; ``grove sft`` reads the pixels a rollout of the same episode holds and trains on them. A
     pixel file made by another image processor, or one that is missing, is refused naming the fix."""
-    from grove.api import train
-    from grove.config import GroveConfig
     import yaml
     from typer.testing import CliRunner
 
+    from grove.api import train
     from grove.cli import app
+    from grove.config import GroveConfig
     from grove.demos.expert_episodes import EnvironmentDemonstrations
     from grove.demos.writer import write_demonstrations
     from grove.sft.data import SftDataError, load_sft_examples

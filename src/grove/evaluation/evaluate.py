@@ -196,7 +196,6 @@ def _fitted_prompts(
     )
 
 
-
 def _sampled_pass(
     engine: RolloutEngine,
     ids: EncodedPrompts,
