@@ -18,7 +18,8 @@ Three sub-commands:
 
     # Markdown tables and a PNG: held-out success per run and pooled over seeds with 95 % intervals, the step
     # each run first reaches --level, every method minus --baseline paired by held-out item and across seeds, the
-    # turns to the goal on held-out successes, and the step-credit diagnostics (DIAGNOSTICS) per method
+    # turns to the goal on held-out successes (tables and a plot column), and the step-credit diagnostics
+    # (DIAGNOSTICS) per method
     python benchmarks/gigpo.py report runs/bench-gigpo-frozenlake runs/bench-gigpo-textworld \\
         --png docs/img/gigpo.png --level 0.45
 
@@ -333,11 +334,43 @@ def report(dirs: list[Path], png: Path | None, level: float = 0.45, baseline: st
             lines += ["", *diagnostics_table(d.name, runs)]
         if runs and all(evaluation_steps(r) for rs in runs.values() for r in rs):
             lines += ["", *held_out_tables(d.name, runs, level, baseline), ""]
-            if any("turns" in json.loads(line) for line in _first_rows(next(iter(runs.values()))[0])):
+            if _has_turns(runs):
                 lines += [*steps_to_goal_lines(d.name, runs, baseline), ""]
     if png is not None:
         _plot(panels, png)
     return "\n".join(lines)
+
+
+def _has_turns(runs: dict[str, list[Path]]) -> bool:
+    """Whether the runs have per-item evaluations whose rows carry the episode's turns (agent tasks)."""
+    if not runs or not all(evaluation_steps(r) for rs in runs.values() for r in rs):
+        return False
+    return any("turns" in json.loads(line) for line in _first_rows(next(iter(runs.values()))[0]))
+
+
+def turns_of_wins_by_step(runs: dict[str, list[Path]]) -> dict[str, tuple[str, list[int], list[ItemMean]]]:
+    """Per method: the evaluation mode, the evaluation steps every run of the method has, and at each the mean turns
+    of the held-out successes pooled over seeds (interval over items)."""
+    series = {}
+    for method, rs in runs.items():
+        steps = sorted(set.intersection(*(set(evaluation_steps(r)) for r in rs)))
+        mode = _mode(held_out(rs[0], steps[0]))
+        series[method] = (mode, steps, [ItemMean.of(merge([_turns_of_wins(r, s, mode) for r in rs])) for s in steps])
+    return series
+
+
+def _plot_turns_of_wins(ax, name: str, runs: dict[str, list[Path]]) -> None:
+    """Turns to the goal on held-out successes vs step (band: 95 % interval over items); blank without them."""
+    if not _has_turns(runs):
+        ax.set_axis_off()
+        return
+    for method, (mode, steps, means) in turns_of_wins_by_step(runs).items():
+        line = ax.plot(steps, [m.mean for m in means], marker="o", label=f"{method} ({mode})")[0]
+        ax.fill_between(steps, [m.low for m in means], [m.high for m in means], alpha=0.2, color=line.get_color())
+    ax.set_title(f"{name}: turns on held-out successes (band: 95% over items)", fontsize=9)
+    ax.set_xlabel("step")
+    ax.set_ylabel("turns")
+    ax.legend(fontsize=8)
 
 
 def _first_rows(run: Path, n: int = 5) -> list[str]:
@@ -348,14 +381,19 @@ def _first_rows(run: Path, n: int = 5) -> list[str]:
 
 def _plot(panels: list[tuple[str, dict[str, list[Path]]]], png: Path) -> None:
     """Per task: held-out success vs step (pooled over seeds, 95 % band over items) or, without per-item
-    evaluations, training success vs step (band: min-max over seeds); and the same against wall clock."""
+    evaluations, training success vs step (band: min-max over seeds); the same against wall clock; and, for agent
+    tasks with per-item evaluations, the turns to the goal on held-out successes vs step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)), squeeze=False)
-    for (name, runs), (ax_step, ax_time) in zip(panels, axes, strict=True):
+    columns = 3 if any(_has_turns(runs) for _, runs in panels) else 2
+    fig, axes = plt.subplots(len(panels), columns, figsize=(5.5 * columns, 3.6 * len(panels)), squeeze=False)
+    for (name, runs), row in zip(panels, axes, strict=True):
+        ax_step, ax_time = row[:2]
+        if columns == 3:
+            _plot_turns_of_wins(row[2], name, runs)
         what = "training success rate"
         for method, rs in runs.items():
             if all(evaluation_steps(r) for r in rs):

@@ -175,9 +175,14 @@ def test_gigpo_report_turns_to_goal_and_diagnostics_by_hand(tmp_path, monkeypatc
             (run / f"eval_samples_step{step:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
         (run / "summary.json").write_text("{}")
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    monkeypatch.setattr(sys, "argv", ["gigpo.py", "report", str(tmp_path / "bench")])
-    runpy.run_path(str(BENCHMARKS / "gigpo.py"), run_name="__main__")
+    png = tmp_path / "turns.png"
+    monkeypatch.setattr(sys, "argv", ["gigpo.py", "report", str(tmp_path / "bench"), "--png", str(png)])
+    script = runpy.run_path(str(BENCHMARKS / "gigpo.py"), run_name="__main__")
     text = capsys.readouterr().out
+    assert png.stat().st_size > 0
+    # the plot's third column: turns on held-out successes at each evaluation step
+    mode, steps, means = script["turns_of_wins_by_step"](script["runs_by_variant"](tmp_path / "bench"))["gigpo"]
+    assert (mode, steps, [m.mean for m in means], [m.items for m in means]) == ("greedy", [0, 3], [10.0, 6.0], [1, 2])
     # episode_grpo: item 0 in 8 turns, item 1 in 10: mean 9, sd sqrt(2), half-width 1.96 * sqrt(2) / sqrt(2)
     assert "- episode_grpo, greedy: 10.00 turns (nan–nan, 1 items) → **9.00 turns (7.04–10.96, 2 items)**" in text
     assert "- gigpo, greedy: 10.00 turns (nan–nan, 1 items) → **6.00 turns (6.00–6.00, 2 items)**" in text
