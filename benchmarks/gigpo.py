@@ -316,8 +316,21 @@ def steps_to_goal_lines(name: str, runs: dict[str, list[Path]], baseline: str) -
             for m in after[method]:
                 if m in after[baseline]:
                     diff = paired_item_difference(after[method][m], after[baseline][m])
-                    lines.append(f"- {method} − {baseline}, {m}, paired by item: {diff.show(1, ' turns', 2)}")
+                    per_seed = SeedInterval.of([
+                        paired_item_difference(
+                            _turns_of_wins(r, evaluation_steps(r)[-1], m), _turns_of_wins(b, evaluation_steps(b)[-1], m)
+                        ).mean
+                        for r, b in _same_seeds(runs[method], runs[baseline])
+                    ])
+                    lines.append(f"- {method} − {baseline}, {m}, paired by item: {diff.show(1, ' turns', 2)}; "
+                                 f"across seeds {per_seed.show(unit=' turns')}")
     return lines
+
+
+def _same_seeds(runs: list[Path], baseline: list[Path]) -> list[tuple[Path, Path]]:
+    """The pairs (run, baseline run) of the seeds both methods have."""
+    by_seed = {seed_of(b): b for b in baseline}
+    return [(r, by_seed[seed_of(r)]) for r in runs if seed_of(r) in by_seed]
 
 
 def report(dirs: list[Path], png: Path | None, level: float = 0.45, baseline: str = "episode_grpo") -> str:

@@ -117,6 +117,14 @@ class SeedInterval:
         half = _t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
         return cls(tuple(values), mean, mean - half, mean + half)
 
+    def show(self, scale: float = 1.0, unit: str = "", digits: int = 2) -> str:
+        """E.g. ``"-0.44 turns (95% CI -1.87 to +0.99; seeds -0.70, -0.84, +0.22)"``."""
+        each = ", ".join(f"{scale * v:+.{digits}f}" for v in self.values)
+        if math.isnan(self.low):
+            return f"{scale * self.mean:+.{digits}f}{unit} (seeds {each})"
+        return (f"{scale * self.mean:+.{digits}f}{unit} (95% CI {scale * self.low:+.{digits}f} to "
+                f"{scale * self.high:+.{digits}f}; seeds {each})")
+
     def points(self) -> str:
         """E.g. ``"+6.3 (95% CI -2.1 to +14.7; seeds +4, +9, +6)"`` in percentage points."""
         each = ", ".join(f"{100 * v:+.0f}" for v in self.values)

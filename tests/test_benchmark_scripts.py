@@ -142,6 +142,7 @@ def test_gigpo_report_held_out_intervals_by_hand(tmp_path, monkeypatch, capsys) 
         pytest.approx(0.2 - 4.303 * 0.1 / math.sqrt(3)),
         pytest.approx(0.2 + 4.303 * 0.1 / math.sqrt(3)),
     )
+    assert seeds.show(10, " turns", 1) == "+2.0 turns (95% CI -0.5 to +4.5; seeds +1.0, +2.0, +3.0)"
     monkeypatch.setattr(sys, "argv", ["gigpo.py", "report", str(tmp_path / "bench"), "--level", "0.5"])
     runpy.run_path(str(BENCHMARKS / "gigpo.py"), run_name="__main__")
     text = capsys.readouterr().out
@@ -187,7 +188,8 @@ def test_gigpo_report_turns_to_goal_and_diagnostics_by_hand(tmp_path, monkeypatc
     assert "- episode_grpo, greedy: 10.00 turns (nan–nan, 1 items) → **9.00 turns (7.04–10.96, 2 items)**" in text
     assert "- gigpo, greedy: 10.00 turns (nan–nan, 1 items) → **6.00 turns (6.00–6.00, 2 items)**" in text
     # paired by item: 6 - 8 and 6 - 10
-    assert "- gigpo − episode_grpo, greedy, paired by item: -3.00 turns (-4.96–-1.04, 2 items)" in text
+    assert ("- gigpo − episode_grpo, greedy, paired by item: -3.00 turns (-4.96–-1.04, 2 items); "
+            "across seeds -3.00 turns (seeds -3.00)") in text
     corr = "corr(A_S, A_E)"
     header = next(line for line in text.splitlines() if line.startswith("| method | steps in shared"))
     column = header.split(" | ").index(corr)
