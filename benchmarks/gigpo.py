@@ -19,7 +19,7 @@ Three sub-commands:
     # Markdown tables and a PNG: held-out success per run and pooled over seeds with 95 % intervals, the step
     # each run first reaches --level, every method minus --baseline paired by held-out item and across seeds, the
     # turns to the goal on held-out successes (tables and a plot column), and the step-credit diagnostics
-    # (DIAGNOSTICS) per method
+    # (DIAGNOSTICS and the anchor-group size histogram) per method
     python benchmarks/gigpo.py report runs/bench-gigpo-frozenlake runs/bench-gigpo-textworld \\
         --png docs/img/gigpo.png --level 0.45
 
@@ -290,6 +290,29 @@ def diagnostics_table(name: str, runs: dict[str, list[Path]]) -> list[str]:
     return lines
 
 
+def anchor_sizes_table(name: str, runs: dict[str, list[Path]]) -> list[str]:
+    """Per method, the share of each step's anchor groups in each size bin (``anchor_group_size_hist/*`` over
+    ``anchor_groups``), averaged over the steps of each run, then over its seeds; empty where not logged."""
+    first = read_jsonl(next(iter(runs.values()))[0] / "metrics.jsonl")[0]
+    bins = [k for k in first if k.startswith("anchor_group_size_hist/")]
+    if not bins:
+        return []
+    lines = [
+        f"Anchor-group sizes, {name} (share of a step's anchor groups with that many steps; 1: a state met once):",
+        "",
+        "| method | " + " | ".join(b.split("/", 1)[1] for b in bins) + " |",
+        "|---|" + "---|" * len(bins),
+    ]
+    for method, rs in runs.items():
+        shares = []
+        for b in bins:
+            per_run = [statistics.fmean(x[b] / x["anchor_groups"] for x in read_jsonl(r / "metrics.jsonl")
+                                        if x.get("anchor_groups")) for r in rs]
+            shares.append(f"{100 * statistics.fmean(per_run):.0f} %")
+        lines.append(f"| {method} | " + " | ".join(shares) + " |")
+    return lines
+
+
 def _turns_of_wins(run: Path, step: int, mode: str) -> dict[str, list[float]]:
     """Per held-out item, the turns of each won episode (mode ``greedy`` or ``sampled``)."""
     return item_values(run, lambda row: row["turns"] if row.get("won") else None, step, mode)
@@ -345,6 +368,8 @@ def report(dirs: list[Path], png: Path | None, level: float = 0.45, baseline: st
             lines += ["", f"Not finished (left out; `run` resumes them): {', '.join(r.name for r in unfinished)}"]
         if runs:
             lines += ["", *diagnostics_table(d.name, runs)]
+            sizes = anchor_sizes_table(d.name, runs)
+            lines += ["", *sizes] if sizes else []
         if runs and all(evaluation_steps(r) for rs in runs.values() for r in rs):
             lines += ["", *held_out_tables(d.name, runs, level, baseline), ""]
             if _has_turns(runs):

@@ -166,8 +166,12 @@ def test_gigpo_report_turns_to_goal_and_diagnostics_by_hand(tmp_path, monkeypatc
         run.mkdir(parents=True)
         extra = ({"advantage/step_episode_corr": 0.5}, {"advantage/step_episode_corr": 0.7},
                  {"advantage/step_episode_corr": float("nan")}) if method == "gigpo" else ({}, {}, {})
+        # anchor groups per step: 4 (1 singleton), 2 (both singletons), 4 (all singletons)
+        sizes = ({"anchor_groups": 4, "anchor_group_size_hist/1": 1, "anchor_group_size_hist/2+": 3},
+                 {"anchor_groups": 2, "anchor_group_size_hist/1": 2, "anchor_group_size_hist/2+": 0},
+                 {"anchor_groups": 4, "anchor_group_size_hist/1": 4, "anchor_group_size_hist/2+": 0})
         rows = [{"step": s, "success_rate": 0.5, "turns_per_episode": 3, "invalid_action_rate": 0.0,
-                 "step_seconds": 2.0, "elapsed_seconds": 2.0 * s, **extra[s - 1]} for s in (1, 2, 3)]
+                 "step_seconds": 2.0, "elapsed_seconds": 2.0 * s, **sizes[s - 1], **extra[s - 1]} for s in (1, 2, 3)]
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (run / "eval.jsonl").write_text("".join(json.dumps({"step": s, "accuracy": 0.5}) + "\n" for s in (0, 3)))
         before = [{"task_id": 0, "won": True, "turns": 10}, {"task_id": 1, "won": False, "turns": 20}]
@@ -197,6 +201,8 @@ def test_gigpo_report_turns_to_goal_and_diagnostics_by_hand(tmp_path, monkeypatc
     assert gigpo_row.split(" | ")[column] == "0.60"
     grpo_row = next(line for line in text.splitlines() if line.startswith("| episode_grpo | ") and "—" in line)
     assert grpo_row.split(" | ")[column] == "—"
+    # the share of a step's anchor groups per size, averaged over steps: (1/4 + 2/2 + 4/4) / 3 singletons
+    assert "| method | 1 | 2+ |" in text and "| gigpo | 75 % | 25 % |" in text
 
 
 def test_multi_objective_benchmark_runs_and_reports_on_a_tiny_model(tmp_path, monkeypatch, capsys) -> None:

@@ -442,7 +442,9 @@ def test_browser_agent_report(agent_run, tmp_path):
         ids = browser.execute_script("return [...document.querySelectorAll('section.section')].map(s => s.id);")
         assert ids == ["overview", "trajectories"]
         assert browser.execute_script("return document.querySelectorAll('#overview .chart svg path.line').length;") > 3
-        assert "Held-out evaluations" in browser.find_element("id", "overview").text
+        overview = browser.find_element("id", "overview").text
+        assert "Held-out evaluations" in overview
+        assert "GiGPO step credit" in overview and "anchor-group sizes" in overview
         summary = browser.find_element("css selector", "#trajectories .traj-summary")
         assert not browser.find_element("css selector", "#trajectories .turn-grid").is_displayed() if browser.find_elements(
             "css selector", "#trajectories .turn-grid") else True

@@ -18,6 +18,7 @@
     ["groups without signal (zero std)", ["zero_std_group_fraction"]],
     ["D^3S selection (kept fraction)", ["selection/kept_tokens_frac", "selection/kept_samples_frac"]],
     ["GiGPO step credit (what the step term had to work with)", ["anchor_steps_in_shared_groups", "advantage/step_nonzero_frac", "advantage/anchor_distinct_actions_frac", "advantage/step_episode_corr"]],
+    ["anchor-group sizes (groups per size: 1 = a state met once)", ["anchor_group_size_hist/1", "anchor_group_size_hist/2", "anchor_group_size_hist/3-4", "anchor_group_size_hist/5-8", "anchor_group_size_hist/9+"]],
     ["advantage RMS by turn", ["advantage/advantage_rms_turn/0", "advantage/advantage_rms_turn/1", "advantage/advantage_rms_turn/2", "advantage/advantage_rms_turn/3", "advantage/advantage_rms_turn/4+"]],
     ["reward resolution (per group: distinct reward combinations vs distinct advantages)", ["resolution/reward_combinations", "resolution/advantage_values"]],
     ["groups whose distinct reward combinations collapsed", ["resolution/collapsed_group_fraction"]],
