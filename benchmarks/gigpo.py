@@ -304,12 +304,12 @@ def anchor_sizes_table(name: str, runs: dict[str, list[Path]]) -> list[str]:
         "|---|" + "---|" * len(bins),
     ]
     for method, rs in runs.items():
-        shares = []
-        for b in bins:
-            per_run = [statistics.fmean(x[b] / x["anchor_groups"] for x in read_jsonl(r / "metrics.jsonl")
-                                        if x.get("anchor_groups")) for r in rs]
-            shares.append(f"{100 * statistics.fmean(per_run):.0f} %")
-        lines.append(f"| {method} | " + " | ".join(shares) + " |")
+        steps_by_run = [[x for x in read_jsonl(r / "metrics.jsonl") if x.get("anchor_groups")] for r in rs]
+        shares = [
+            statistics.fmean(statistics.fmean(x[b] / x["anchor_groups"] for x in steps) for steps in steps_by_run)
+            for b in bins
+        ]
+        lines.append(f"| {method} | " + " | ".join(f"{100 * v:.0f} %" for v in shares) + " |")
     return lines
 
 
@@ -324,36 +324,31 @@ def steps_to_goal_lines(name: str, runs: dict[str, list[Path]], baseline: str) -
     baseline paired by item over the items both methods won."""
     first = {m: evaluation_steps(rs[0])[0] for m, rs in runs.items()}
     lines = [f"Turns to the goal on held-out successes, {name} (pooled over seeds; interval over items):", ""]
-    after: dict[str, dict[str, dict[str, list[float]]]] = {}
+    after_by_run: dict[str, dict[str, list[dict[str, list[float]]]]] = {}  # method → mode → per run, per item
     for method, rs in runs.items():
         modes = [m for m in MODES if m in held_out(rs[0]).outcomes]
-        after[method] = {m: merge([_turns_of_wins(r, evaluation_steps(r)[-1], m) for r in rs]) for m in modes}
+        after_by_run[method] = {m: [_turns_of_wins(r, evaluation_steps(r)[-1], m) for r in rs] for m in modes}
         for m in modes:
             before = ItemMean.of(merge([_turns_of_wins(r, first[method], m) for r in rs]))
             lines.append(f"- {method}, {m}: {before.show(1, ' turns', 2)} → "
-                         f"**{ItemMean.of(after[method][m]).show(1, ' turns', 2)}**")
+                         f"**{ItemMean.of(merge(after_by_run[method][m])).show(1, ' turns', 2)}**")
     if baseline in runs:
+        seeds = {method: [seed_of(r) for r in rs] for method, rs in runs.items()}
         for method in runs:
             if method == baseline:
                 continue
-            for m in after[method]:
-                if m in after[baseline]:
-                    diff = paired_item_difference(after[method][m], after[baseline][m])
-                    per_seed = SeedInterval.of([
-                        paired_item_difference(
-                            _turns_of_wins(r, evaluation_steps(r)[-1], m), _turns_of_wins(b, evaluation_steps(b)[-1], m)
-                        ).mean
-                        for r, b in _same_seeds(runs[method], runs[baseline])
-                    ])
-                    lines.append(f"- {method} − {baseline}, {m}, paired by item: {diff.show(1, ' turns', 2)}; "
-                                 f"across seeds {per_seed.show(unit=' turns')}")
+            for m, per_run in after_by_run[method].items():
+                if m not in after_by_run[baseline]:
+                    continue
+                base = dict(zip(seeds[baseline], after_by_run[baseline][m], strict=True))
+                diff = paired_item_difference(merge(per_run), merge(after_by_run[baseline][m]))
+                per_seed = SeedInterval.of([
+                    paired_item_difference(turns, base[seed]).mean
+                    for seed, turns in zip(seeds[method], per_run, strict=True) if seed in base
+                ])
+                lines.append(f"- {method} − {baseline}, {m}, paired by item: {diff.show(1, ' turns', 2)}; "
+                             f"across seeds {per_seed.show(unit=' turns')}")
     return lines
-
-
-def _same_seeds(runs: list[Path], baseline: list[Path]) -> list[tuple[Path, Path]]:
-    """The pairs (run, baseline run) of the seeds both methods have."""
-    by_seed = {seed_of(b): b for b in baseline}
-    return [(r, by_seed[seed_of(r)]) for r in runs if seed_of(r) in by_seed]
 
 
 def report(dirs: list[Path], png: Path | None, level: float = 0.45, baseline: str = "episode_grpo") -> str:

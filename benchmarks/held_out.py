@@ -117,9 +117,10 @@ class SeedInterval:
         half = _t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
         return cls(tuple(values), mean, mean - half, mean + half)
 
-    def show(self, scale: float = 1.0, unit: str = "", digits: int = 2) -> str:
-        """E.g. ``"-0.44 turns (95% CI -1.87 to +0.99; seeds -0.70, -0.84, +0.22)"``."""
-        each = ", ".join(f"{scale * v:+.{digits}f}" for v in self.values)
+    def show(self, scale: float = 1.0, unit: str = "", digits: int = 2, seed_digits: int | None = None) -> str:
+        """E.g. ``"-0.44 turns (95% CI -1.87 to +0.99; seeds -0.70, -0.84, +0.22)"``; each seed's value with
+        ``seed_digits`` decimals (default ``digits``)."""
+        each = ", ".join(f"{scale * v:+.{digits if seed_digits is None else seed_digits}f}" for v in self.values)
         if math.isnan(self.low):
             return f"{scale * self.mean:+.{digits}f}{unit} (seeds {each})"
         return (f"{scale * self.mean:+.{digits}f}{unit} (95% CI {scale * self.low:+.{digits}f} to "
@@ -127,10 +128,7 @@ class SeedInterval:
 
     def points(self) -> str:
         """E.g. ``"+6.3 (95% CI -2.1 to +14.7; seeds +4, +9, +6)"`` in percentage points."""
-        each = ", ".join(f"{100 * v:+.0f}" for v in self.values)
-        if math.isnan(self.low):
-            return f"{100 * self.mean:+.1f} (seeds {each})"
-        return f"{100 * self.mean:+.1f} (95% CI {100 * self.low:+.1f} to {100 * self.high:+.1f}; seeds {each})"
+        return self.show(100, digits=1, seed_digits=0)
 
 
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
