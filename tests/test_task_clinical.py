@@ -172,7 +172,7 @@ def test_cached_build_is_identical_fast_and_never_builds(task, built, cache, mon
     monkeypatch.setattr(clinical, "build_cases", no_build)
     start = time.perf_counter()
     again = build_task("clinical_hpo", {**SMALL, "cache_dir": str(cache)})
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 2.0
     assert again == task
     files = sorted(p.name for p in (cache / "clinical_hpo").iterdir())
     assert not [f for f in files if f.endswith(".tmp")], files  # atomic writes leave nothing behind
