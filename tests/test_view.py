@@ -445,6 +445,16 @@ def test_browser_agent_report(agent_run, tmp_path):
         overview = browser.find_element("id", "overview").text
         assert "Held-out evaluations" in overview
         assert "GiGPO step credit" in overview and "anchor-group sizes" in overview
+        logged = list(dict.fromkeys(k for line in (agent_run / "metrics.jsonl").read_text().splitlines()
+                                     for k in json.loads(line)))
+        for title, prefix in (("anchor-group sizes", "anchor_group_size_hist/"),
+                              ("advantage RMS by turn", "advantage/advantage_rms_turn/")):
+            legend = browser.execute_script(
+                "const f = [...document.querySelectorAll('#overview figure.chart')]"
+                ".find((c) => c.querySelector('figcaption').textContent.startsWith(arguments[0]));"
+                "return [...f.querySelectorAll('.legend .key')].map((k) => k.textContent);", title)
+            bins = [k for k in logged if k.startswith(prefix)]
+            assert len(bins) >= 2 and legend == bins, (title, legend)  # every logged bin, in the logged order
         summary = browser.find_element("css selector", "#trajectories .traj-summary")
         assert not browser.find_element("css selector", "#trajectories .turn-grid").is_displayed() if browser.find_elements(
             "css selector", "#trajectories .turn-grid") else True

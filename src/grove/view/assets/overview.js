@@ -18,12 +18,19 @@
     ["groups without signal (zero std)", ["zero_std_group_fraction"]],
     ["D^3S selection (kept fraction)", ["selection/kept_tokens_frac", "selection/kept_samples_frac"]],
     ["GiGPO step credit (what the step term had to work with)", ["anchor_steps_in_shared_groups", "advantage/step_nonzero_frac", "advantage/anchor_distinct_actions_frac", "advantage/step_episode_corr"]],
-    ["anchor-group sizes (groups per size: 1 = a state met once)", ["anchor_group_size_hist/1", "anchor_group_size_hist/2", "anchor_group_size_hist/3-4", "anchor_group_size_hist/5-8", "anchor_group_size_hist/9+"]],
-    ["advantage RMS by turn", ["advantage/advantage_rms_turn/0", "advantage/advantage_rms_turn/1", "advantage/advantage_rms_turn/2", "advantage/advantage_rms_turn/3", "advantage/advantage_rms_turn/4+"]],
+    ["anchor-group sizes (groups per size: 1 = a state met once)", ["anchor_group_size_hist/*"]],
+    ["advantage RMS by turn", ["advantage/advantage_rms_turn/*"]],
     ["reward resolution (per group: distinct reward combinations vs distinct advantages)", ["resolution/reward_combinations", "resolution/advantage_values"]],
     ["groups whose distinct reward combinations collapsed", ["resolution/collapsed_group_fraction"]],
     ["learning rate", ["lr"]],
   ];
+
+  // a key ending in "/*" stands for every logged metric under that prefix, in the order the run logged them (the
+  // bins of a histogram, the turns of a per-turn metric), so the panel follows whatever bins the library logs
+  function panelKeys(data, keys) {
+    const logged = Object.keys(data.metrics.series);
+    return keys.flatMap((k) => (k.endsWith("/*") ? logged.filter((l) => l.startsWith(k.slice(0, -1))) : [k]));
+  }
 
   G.series = function (data, key) {
     const m = data.metrics;
@@ -73,7 +80,8 @@
     }
     const grid = G.el("div", { class: "chart-grid" });
     const used = new Set();
-    for (const [title, keys] of PANELS) {
+    for (const [title, panel] of PANELS) {
+      const keys = panelKeys(data, panel);
       const series = keys.map((k) => G.series(data, k)).filter(Boolean);
       if (!series.length) continue;
       keys.forEach((k) => used.add(k));
